@@ -1,0 +1,196 @@
+"""Kernel-time sweeps on a GPU: CUDA-graph replay with the L2 flushed, median of repeats.
+
+    python benchmarks/sweep.py split --out results/   # issue: adaptive split-K vs fixed vs SDPA
+    python benchmarks/sweep.py lean  --out results/   # issue: Lean vs adaptive split-K, ragged
+
+Writes <out>/<sweep>.json (every cell, with versions and the measured copy bandwidth) and
+<out>/<sweep>.md (the table). Each kernel output is checked against torch SDPA (or the
+other kernel) on the same inputs before it is timed: a fast wrong kernel is not a result.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from decode_conformance import _paths  # noqa: E402
+
+_paths.alias_kernels_package()
+
+from decode_conformance import timing  # noqa: E402
+from decode_conformance.cases import Case  # noqa: E402
+from decode_conformance.metrics import cosine  # noqa: E402
+from decode_conformance.runner import prepare  # noqa: E402
+from decode_conformance_kernels import registry  # noqa: E402
+
+SPLIT_SHAPES = [(32, 8, 128), (16, 2, 256)]
+SPLIT_BATCHES = [1, 4, 16, 32]
+SPLIT_CTX = [1024, 4096, 16384, 65536, 131072]
+MLA = (128, 1, 576, 512)
+MLA_BATCHES = [1, 8, 32]
+
+LEAN_SHAPES = [(32, 8, 128), (28, 4, 128)]
+LEAN_BATCHES = [1, 8, 16, 32]
+LEAN_CTX = [16384, 65536, 131072]
+LEAN_RATIOS = [1.0, 0.5, 0.1]
+
+
+def _case(shape, lens, seed=7) -> Case:
+    hq, hkv, d = shape[:3]
+    mla = len(shape) == 4
+    return Case(kv_dtype="bf16", num_q_heads=hq, num_kv_heads=hkv, head_dim=d, v_head_dim=shape[3] if mla else None,
+                mla=mla, seq_lens=tuple(lens), layout="paged", page_size=16, seed=seed)
+
+
+def _time_kernel(name, case, reps):
+    kernel = getattr(registry, name)()
+    batch = prepare(kernel, case, "cuda")
+    launch = kernel.plan(batch)
+    us = timing.graph_median_us(launch, "cuda", reps=reps)
+    launch()
+    torch.cuda.synchronize()
+    return us, batch
+
+
+def _sdpa_dense(batch):
+    """torch SDPA on a dense, contiguous [B, H, L, D] copy of the cache (uniform lengths)."""
+    case = batch.case
+    B, L = case.batch, case.max_len
+    k = batch.k_slots()[batch.kv_indices.long()].view(B, L, case.num_kv_heads, -1).transpose(1, 2).contiguous()
+    v = batch.v_slots()[batch.kv_indices.long()].view(B, L, case.num_kv_heads, -1).transpose(1, 2).contiguous()
+    q = batch.q[:, :, None, :].contiguous()
+    out = torch.empty((B, case.num_q_heads, 1, case.v_head_dim), dtype=q.dtype, device=q.device)
+
+    def launch():
+        out.copy_(F.scaled_dot_product_attention(q, k, v, scale=case.sm_scale, enable_gqa=True))
+    return launch, out
+
+
+def split_sweep(reps, tbs, quick=False):
+    rows = []
+    cells = [(s, b, c) for s in SPLIT_SHAPES for b in SPLIT_BATCHES for c in SPLIT_CTX]
+    cells += [(MLA, b, c) for b in MLA_BATCHES for c in SPLIT_CTX]
+    if quick:
+        cells = cells[::7]
+    for shape, bsz, ctx in cells:
+        case = _case(shape, [ctx] * bsz)
+        row = {"shape": "/".join(map(str, shape)), "batch": bsz, "ctx": ctx}
+        mla = len(shape) == 4
+        row["floor_us"] = timing.kv_floor_us(bsz, ctx, shape[1], shape[2], 2, tbs, v_head_dim=0 if mla else None)
+        try:
+            ad_us, ad = _time_kernel("adaptive_split", case, reps)
+            fx_us, fx = _time_kernel("fixed_split", case, reps)
+            sd_launch, sd_out = _sdpa_dense(ad)
+            sd_us = timing.graph_median_us(sd_launch, "cuda", reps=reps)
+            sd_launch()
+            torch.cuda.synchronize()
+            row.update(adaptive_us=ad_us, fixed_us=fx_us, sdpa_us=sd_us,
+                       cos_adaptive=cosine(ad.out, sd_out[:, :, 0]), cos_fixed=cosine(fx.out, sd_out[:, :, 0]))
+            del sd_out, sd_launch
+        except torch.cuda.OutOfMemoryError as e:
+            row["error"] = f"OOM: {e}"[:200]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _ragged_lens(bsz, ctx, ratio, seed):
+    g = torch.Generator().manual_seed(seed)
+    lo = max(1, int(ratio * ctx))
+    return torch.randint(lo, ctx + 1, (bsz,), generator=g).tolist() if ratio < 1.0 else [ctx] * bsz
+
+
+def lean_sweep(reps, tbs, quick=False):
+    rows = []
+    shapes = LEAN_SHAPES + [MLA]
+    cells = [(s, b, c, r) for s in shapes for b in LEAN_BATCHES for c in LEAN_CTX for r in LEAN_RATIOS]
+    if quick:
+        cells = cells[::9]
+    for shape, bsz, ctx, ratio in cells:
+        lens = _ragged_lens(bsz, ctx, ratio, seed=1000 * bsz + ctx % 997 + int(ratio * 10))
+        case = _case(shape, lens)
+        row = {"shape": "/".join(map(str, shape)), "batch": bsz, "ctx": ctx, "ratio": ratio,
+               "mean_len": sum(lens) / len(lens)}
+        try:
+            ln_us, ln = _time_kernel("lean", case, reps)
+            ad_us, ad = _time_kernel("adaptive_split", case, reps)
+            row.update(lean_us=ln_us, adaptive_us=ad_us, speedup=ad_us / ln_us, cos=cosine(ln.out, ad.out))
+        except torch.cuda.OutOfMemoryError as e:
+            row["error"] = f"OOM: {e}"[:200]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _md_split(rows, meta):
+    out = [f"# Split-K sweep ({meta['gpu']}, {meta['date']})", "",
+           f"torch {meta['torch']}, triton {meta['triton']}, copy bandwidth {meta['copy_tbs']:.2f} TB/s; "
+           "bf16, paged 16, uniform lengths, CUDA-graph replay after an L2 flush, median us. "
+           "% = floor / time (floor: K+V bytes once at the copy bandwidth).", "",
+           "| shape | batch | ctx | floor | adaptive | fixed (8) | torch SDPA (contig) | adaptive/fixed |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['shape']} | {r['batch']} | {r['ctx']} | | {r['error']} | | | |")
+            continue
+        pct = lambda t: f"{t:.1f} ({100 * r['floor_us'] / t:.0f} %)"  # noqa: E731
+        out.append(f"| {r['shape']} | {r['batch']} | {r['ctx']} | {r['floor_us']:.1f} | {pct(r['adaptive_us'])} | "
+                   f"{pct(r['fixed_us'])} | {pct(r['sdpa_us'])} | {r['adaptive_us'] / r['fixed_us']:.3f} |")
+    return "\n".join(out) + "\n"
+
+
+def _md_lean(rows, meta):
+    out = [f"# Lean sweep ({meta['gpu']}, {meta['date']})", "",
+           f"torch {meta['torch']}, triton {meta['triton']}; bf16, paged 16, lengths uniform (r = 1.0) or drawn "
+           "from [r x ctx, ctx] (seeded); CUDA-graph replay after an L2 flush, median us.", "",
+           "| shape | batch | ctx | r | mean len | lean | adaptive split-K | speedup (split/lean) | cosine |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['shape']} | {r['batch']} | {r['ctx']} | {r['ratio']} | | {r['error']} | | | |")
+            continue
+        out.append(f"| {r['shape']} | {r['batch']} | {r['ctx']} | {r['ratio']} | {r['mean_len']:.0f} | "
+                   f"{r['lean_us']:.1f} | {r['adaptive_us']:.1f} | {r['speedup']:.2f} | {r['cos']:.6f} |")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("sweep", choices=["split", "lean"])
+    ap.add_argument("--out", default=os.environ.get("OUT", "results"))
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    import triton
+    tbs = timing.copy_bandwidth_tbs()
+    meta = {"gpu": torch.cuda.get_device_name(), "sms": torch.cuda.get_device_properties(0).multi_processor_count,
+            "torch": torch.__version__, "triton": triton.__version__,
+            "date": datetime.date.today().isoformat(), "copy_tbs": tbs,
+            "command": " ".join(sys.argv)}
+    print(json.dumps(meta), flush=True)
+    t0 = time.time()
+    rows = split_sweep(args.reps, tbs, args.quick) if args.sweep == "split" else lean_sweep(args.reps, tbs, args.quick)
+    meta["seconds"] = time.time() - t0
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.sweep}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    md = (_md_split if args.sweep == "split" else _md_lean)(rows, meta)
+    (out / f"{args.sweep}.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""The Case record: one frozen, declarative description of a decode-attention problem.
+
+A case says *what* to test; `factories.build` turns it into tensors. Everything a case
+can vary is a field here, validated at construction so an impossible case never reaches
+a kernel, and named in the id so `-k` can select it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+# id token -> (query/output dtype, KV cache dtype). fp8 caches pair with bf16 queries, as
+# sglang and vLLM do; the kernel gets per-tensor k_scale/v_scale.
+DTYPES: dict[str, tuple[torch.dtype, torch.dtype]] = {
+    "bf16": (torch.bfloat16, torch.bfloat16),
+    "fp16": (torch.float16, torch.float16),
+    "e4m3": (torch.bfloat16, torch.float8_e4m3fn),
+    "e5m2": (torch.bfloat16, torch.float8_e5m2),
+}
+FP8_TOKENS = frozenset({"e4m3", "e5m2"})
+
+# Non-unit, unequal scales for fp8: a kernel that drops or swaps one is off by a factor
+# (flashinfer #1023 lost k_scale/v_scale silently; output ~7.5x wrong).
+FP8_SCALES = (0.4375, 1.6875)
+
+LAYOUTS = ("contig", "paged")
+
+# How the inputs are drawn. Each names the property it provokes.
+DATA_KINDS = {
+    "randn": "q, K, V ~ N(0, 1)",
+    "low-scores": "q = +64, K = -64: every score near -5e5 (flashinfer #4267 finite -5e4 running max)",
+    "zero-q": "q = 0: exact answer is the mean of the visible V rows (flashinfer #3716 padding lanes)",
+    "huge-scores": "scores far above 88 x softcap (vLLM #56578 tanh overflow)",
+}
+
+# A window given as w keys either counts the current token (vLLM, sglang radius+1) or
+# excludes it (FlashAttention left=w, flashinfer window_left=w attend w+1 keys).
+WINDOW_CONVENTIONS = ("counts-current", "excludes-current")
+
+
+def _fail(field_name: str, expected: str, got) -> ValueError:
+    return ValueError(f"Case.{field_name}: expected {expected}, got {got!r}")
+
+
+@dataclass(frozen=True)
+class Case:
+    kv_dtype: str
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    seq_lens: tuple[int, ...]
+    layout: str = "paged"
+    page_size: int = 16
+    v_head_dim: Optional[int] = None  # defaults to head_dim
+    mla: bool = False  # MLA rope split: one latent KV head, V = first v_head_dim columns of K
+    window: Optional[int] = None
+    window_convention: str = "counts-current"
+    softcap: Optional[float] = None
+    sinks: bool = False
+    data: str = "randn"
+    num_splits: Optional[int] = None  # a split count to force on kernels that accept one
+    min_pool_bytes: int = 0  # size the KV pool so used pages sit past this byte offset
+    seed: int = 0
+    label: str = ""  # regression cases: short tag naming the upstream report
+    note: str = field(default="", compare=False)  # why the case exists; shown on failure
+
+    def __post_init__(self):
+        if not isinstance(self.seq_lens, tuple):
+            object.__setattr__(self, "seq_lens", tuple(self.seq_lens))
+        if self.v_head_dim is None:
+            object.__setattr__(self, "v_head_dim", self.head_dim)
+        self._validate()
+
+    def _validate(self):
+        if self.kv_dtype not in DTYPES:
+            raise _fail("kv_dtype", f"one of {sorted(DTYPES)}", self.kv_dtype)
+        if self.layout not in LAYOUTS:
+            raise _fail("layout", f"one of {LAYOUTS}", self.layout)
+        if not isinstance(self.page_size, int) or self.page_size < 1:
+            raise _fail("page_size", "a positive int", self.page_size)
+        if self.layout == "contig" and self.page_size != 1:
+            raise _fail("page_size", "1 for layout 'contig' (contiguous slots)", self.page_size)
+        for name in ("num_q_heads", "num_kv_heads", "head_dim", "v_head_dim"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise _fail(name, "a positive int", v)
+        if self.num_q_heads % self.num_kv_heads:
+            raise _fail("num_q_heads", f"a multiple of num_kv_heads={self.num_kv_heads}", self.num_q_heads)
+        if self.mla:
+            if self.num_kv_heads != 1:
+                raise _fail("num_kv_heads", "1 for an MLA case (one latent KV head)", self.num_kv_heads)
+            if self.v_head_dim >= self.head_dim:
+                raise _fail("v_head_dim", f"< head_dim={self.head_dim} for MLA (rope part after the latent)",
+                            self.v_head_dim)
+        if not self.seq_lens:
+            raise _fail("seq_lens", "at least one request", self.seq_lens)
+        if any((not isinstance(n, int)) or n < 0 for n in self.seq_lens):
+            raise _fail("seq_lens", "non-negative ints", self.seq_lens)
+        if self.window is not None and (not isinstance(self.window, int) or self.window <= 0):
+            raise _fail("window", "None or a positive int", self.window)
+        if self.window_convention not in WINDOW_CONVENTIONS:
+            raise _fail("window_convention", f"one of {WINDOW_CONVENTIONS}", self.window_convention)
+        if self.softcap is not None and not (self.softcap > 0 and math.isfinite(self.softcap)):
+            raise _fail("softcap", "None or a finite float > 0", self.softcap)
+        if self.data not in DATA_KINDS:
+            raise _fail("data", f"one of {sorted(DATA_KINDS)}", self.data)
+        if self.data == "huge-scores" and self.softcap is None:
+            raise _fail("softcap", "a cap for data='huge-scores' (it tests the cap's overflow)", None)
+        if self.num_splits is not None and self.num_splits < 1:
+            raise _fail("num_splits", "None or >= 1", self.num_splits)
+        if self.min_pool_bytes < 0:
+            raise _fail("min_pool_bytes", ">= 0", self.min_pool_bytes)
+
+    # ----- derived facts -------------------------------------------------------------
+    @property
+    def group(self) -> int:
+        return self.num_q_heads // self.num_kv_heads
+
+    @property
+    def batch(self) -> int:
+        return len(self.seq_lens)
+
+    @property
+    def rope_dim(self) -> int:
+        return self.head_dim - self.v_head_dim if self.mla else 0
+
+    @property
+    def q_dtype(self) -> torch.dtype:
+        return DTYPES[self.kv_dtype][0]
+
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        return DTYPES[self.kv_dtype][1]
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.kv_dtype in FP8_TOKENS
+
+    @property
+    def scales(self) -> tuple[float, float]:
+        return FP8_SCALES if self.is_fp8 else (1.0, 1.0)
+
+    @property
+    def sm_scale(self) -> float:
+        # MLA scales by the pre-absorption head dim (DeepSeek: 128 nope + 64 rope); the
+        # 576/512 latent shape has rope 64, the 288/256 one rope 32 with nope 64.
+        if self.mla:
+            nope = 128 if self.rope_dim == 64 else 2 * self.rope_dim
+            return 1.0 / math.sqrt(nope + self.rope_dim)
+        return 1.0 / math.sqrt(self.head_dim)
+
+    @property
+    def visible_keys(self) -> Optional[int]:
+        """Keys a query sees under the window, current token included; None = all."""
+        if self.window is None:
+            return None
+        return self.window if self.window_convention == "counts-current" else self.window + 1
+
+    def window_in(self, convention: str) -> Optional[int]:
+        """This case's window expressed in a kernel's declared convention."""
+        if convention not in WINDOW_CONVENTIONS:
+            raise ValueError(f"window convention: expected one of {WINDOW_CONVENTIONS}, got {convention!r}")
+        vis = self.visible_keys
+        if vis is None:
+            return None
+        return vis if convention == "counts-current" else vis - 1
+
+    @property
+    def max_len(self) -> int:
+        return max(self.seq_lens)
+
+    @property
+    def total_keys(self) -> int:
+        return sum(self.seq_lens)
+
+    # ----- identity -------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        parts = [self.label] if self.label else []
+        parts.append(self.kv_dtype)
+        parts.append("contig" if self.layout == "contig" else f"paged{self.page_size}")
+        parts.append(f"h{self.num_q_heads}g{self.group}")
+        dims = f"d{self.head_dim}" + (f"v{self.v_head_dim}" if self.v_head_dim != self.head_dim else "")
+        parts.append(dims)
+        if self.mla:
+            parts.append("mla")
+        lens = ",".join(str(n) for n in self.seq_lens)
+        if len(lens) > 40:  # keep ids readable for long batches; the seed pins the rest
+            lens = f"{self.seq_lens[0]},...x{self.batch},max{self.max_len}"
+        parts.append(f"B{self.batch}[{lens}]")
+        if self.window is not None:
+            parts.append(f"win{self.window}" + ("" if self.window_convention == "counts-current" else "x"))
+        if self.softcap is not None:
+            parts.append(f"softcap{self.softcap:g}")
+        if self.sinks:
+            parts.append("sinks")
+        if self.data != "randn":
+            parts.append(self.data)
+        if self.num_splits is not None:
+            parts.append(f"splits{self.num_splits}")
+        if self.min_pool_bytes:
+            parts.append(f"pool{self.min_pool_bytes >> 20}M")
+        parts.append(f"s{self.seed}")
+        return "-".join(parts)
+
+    def replace(self, **changes) -> "Case":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["seq_lens"] = list(self.seq_lens)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Case":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"Case fields: unknown {sorted(unknown)}; expected a subset of {sorted(known)}")
+        return cls(**d)

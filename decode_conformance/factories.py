@@ -1,0 +1,169 @@
+"""Build the tensors of a Case: paged KV caches with poisoned gaps, metadata views, queries.
+
+Everything is drawn from `case.seed` with a generator on the target device, so the same
+case id gives the same tensors on every run and on every xdist worker.
+
+Poisoning (design principle 2): the whole pool starts as NaN - the null page 0, unused
+pages, the unused tail of each request's last page, the gaps between contiguous requests -
+and only the slots a request owns are written. fp8 caches store the fp8 NaN byte; under
+Triton's interpreter that byte reads back as a large finite number (e4m3 -> +-480), which
+still ruins any result that reads it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .batch import DecodeBatch, Workspace
+from .cases import Case
+
+# Slots of NaN left between requests of a contiguous layout, so a read past a request's
+# end lands on poison rather than on the next request's keys.
+CONTIG_GAP = 3
+# Unused (poisoned) pages in a paged pool beyond those the batch needs.
+SPARE_PAGES = 3
+
+
+def _generator(device: torch.device, seed: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+def _randn(shape, gen, device, dtype=torch.float32) -> torch.Tensor:
+    return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+
+def _paged_layout(case: Case, page_bytes: int, gen, device):
+    """Shuffled, non-consecutive page ids per request (vectorized: batch 32 x 128k builds
+    in milliseconds). Returns (pages per request, flat slot ids in token order, pool pages)."""
+    P = case.page_size
+    lens = torch.tensor(case.seq_lens, dtype=torch.int64, device=device)
+    pages_needed = (lens + P - 1) // P
+    used = int(pages_needed.sum())
+    floor_page = 1  # page 0 is the null page
+    if case.min_pool_bytes:
+        floor_page = max(1, math.ceil(case.min_pool_bytes / page_bytes))
+    # Twice the pages needed, so a random draw leaves holes between a request's pages.
+    span = max(2 * used, used + SPARE_PAGES)
+    pool_pages = floor_page + span + SPARE_PAGES
+    pages = torch.randperm(span, generator=gen, device=device)[:used] + floor_page
+    page_start = torch.cumsum(pages_needed, 0) - pages_needed
+    req_of_page = torch.repeat_interleave(torch.arange(case.batch, device=device), pages_needed)
+    pos_in_req = torch.arange(used, device=device) - page_start[req_of_page]
+    token_pos = pos_in_req[:, None] * P + torch.arange(P, device=device)
+    valid = token_pos < lens[req_of_page][:, None]
+    slots = (pages[:, None] * P + torch.arange(P, device=device))[valid]
+    return list(pages.split(pages_needed.tolist())), slots, pool_pages
+
+
+def _contig_layout(case: Case, shift: int, device):
+    """Each request's keys in one run of slots, CONTIG_GAP poisoned slots between runs."""
+    lens = torch.tensor(case.seq_lens, dtype=torch.int64, device=device)
+    starts = 1 + CONTIG_GAP + shift + torch.cumsum(lens + CONTIG_GAP, 0) - (lens + CONTIG_GAP)
+    token_start = torch.cumsum(lens, 0) - lens
+    req = torch.repeat_interleave(torch.arange(case.batch, device=device), lens)
+    slots = torch.arange(int(lens.sum()), device=device) - token_start[req] + starts[req]
+    pool = 1 + CONTIG_GAP + shift + int((lens + CONTIG_GAP).sum())
+    return list(slots.split(case.seq_lens)), slots, pool
+
+
+def _values(case: Case, n_tokens: int, gen, device):
+    """Real-valued q, K, V before storage rounding (float32)."""
+    B, Hq, Hkv, Dk, Dv = case.batch, case.num_q_heads, case.num_kv_heads, case.head_dim, case.v_head_dim
+    k_width = Dk  # for MLA the V columns are the first Dv of K, so K alone is drawn
+    q = _randn((B, Hq, Dk), gen, device)
+    k = _randn((n_tokens, Hkv, k_width), gen, device)
+    v = None if case.mla else _randn((n_tokens, Hkv, Dv), gen, device)
+    if case.data == "low-scores":
+        # Raw scores about -5e5 after scaling: below the finite -5e4 running-max start of
+        # flashinfer #4267, and all equal, so the answer is exactly the mean of visible V.
+        q_val = min(5e5 / (64.0 * Dk * case.sm_scale), 6e4)
+        q = torch.full_like(q, q_val)
+        k = torch.full_like(k, -64.0)
+        if case.mla:  # V columns of K must still vary for the mean to be informative
+            k[..., :Dv] = _randn((n_tokens, Hkv, Dv), gen, device)
+            q[..., :Dv] = 0.0
+            q[..., Dv:] = min(5e5 / (64.0 * (Dk - Dv) * case.sm_scale), 6e4)
+            k[..., Dv:] = -64.0
+    elif case.data == "zero-q":
+        q = torch.zeros_like(q)
+    elif case.data == "huge-scores":
+        q = q * (200.0 * case.softcap)
+    return q, k, v
+
+
+def build(case: Case, device="cpu", seed: int | None = None) -> DecodeBatch:
+    """Tensors and metadata for `case` on `device`, deterministic in (case, seed)."""
+    device = torch.device(device)
+    seed = case.seed if seed is None else seed
+    gen = _generator(device, seed)
+    q_dtype, cache_dtype = case.q_dtype, case.cache_dtype
+    k_scale, v_scale = case.scales
+    P, Hkv, Dk, Dv = case.page_size, case.num_kv_heads, case.head_dim, case.v_head_dim
+    elem = torch.empty((), dtype=cache_dtype).element_size()
+
+    if case.layout == "contig":
+        shift = math.ceil(case.min_pool_bytes / (Hkv * Dk * elem)) if case.min_pool_bytes else 0
+        page_lists, flat_slots, pool_pages = _contig_layout(case, shift, device)  # a slot is a page
+    else:
+        page_lists, flat_slots, pool_pages = _paged_layout(case, P * Hkv * Dk * elem, gen, device)
+
+    n_tokens = case.total_keys
+    q, k_real, v_real = _values(case, n_tokens, gen, device)
+
+    # Pool: NaN everywhere, then the owned slots. Pools past 2^31 bytes (overflow cases)
+    # only poison a margin around the used pages: filling gigabytes buys nothing.
+    big = case.min_pool_bytes > 0
+
+    def pool(width):
+        shape = (pool_pages, P, Hkv, width)
+        if big:
+            return torch.empty(shape, dtype=cache_dtype, device=device)
+        return torch.full(shape, float("nan"), dtype=cache_dtype, device=device)
+
+    k_width = Dk
+    k_pool = pool(Dk)
+    v_pool = None if case.mla else pool(Dv)
+
+    if big:
+        lo = max(0, (int(flat_slots.min()) if n_tokens else 0) // P - 1)
+        hi = min(pool_pages, (int(flat_slots.max()) if n_tokens else 0) // P + 2)
+        k_pool[lo:hi].fill_(float("nan"))
+        k_pool[0].fill_(float("nan"))
+        if v_pool is not None:
+            v_pool[lo:hi].fill_(float("nan"))
+            v_pool[0].fill_(float("nan"))
+    k_stored = (k_real / k_scale).to(cache_dtype)
+    k_pool.view(-1, Hkv, k_width)[flat_slots] = k_stored
+    if case.mla:
+        v_pool_view = k_pool[..., :Dv]
+    else:
+        v_pool.view(-1, Hkv, Dv)[flat_slots] = (v_real / v_scale).to(cache_dtype)
+        v_pool_view = v_pool
+
+    lens = torch.tensor(case.seq_lens, dtype=torch.int32, device=device)
+    indptr = torch.zeros(case.batch + 1, dtype=torch.int32, device=device)
+    indptr[1:] = torch.cumsum(lens, 0).to(torch.int32)
+    max_pages = max(1, max(len(pl) for pl in page_lists))
+    block_table = torch.zeros((case.batch, max_pages), dtype=torch.int32, device=device)
+    for b, pl in enumerate(page_lists):
+        block_table[b, :len(pl)] = pl.to(torch.int32)
+
+    sinks = _randn((case.num_q_heads,), gen, device) * 2.0 if case.sinks else None
+    return DecodeBatch(
+        case=case,
+        q=q.to(q_dtype).contiguous(),
+        k_cache=k_pool,
+        v_cache=v_pool_view,
+        kv_indptr=indptr,
+        kv_indices=flat_slots.to(torch.int32),
+        block_table=block_table,
+        seq_lens=lens,
+        sinks=sinks,
+        out=torch.full((case.batch, case.num_q_heads, Dv), float("nan"), dtype=q_dtype, device=device),
+        lse=torch.full((case.batch, case.num_q_heads), float("nan"), dtype=torch.float32, device=device),
+        workspace=Workspace(device),
+        seed=seed,
+    )

@@ -1,0 +1,121 @@
+"""GPU class, compute-unit count and memory of the device under test.
+
+How to add a GPU class: add a row to `fixtures/gpu_classes.toml` (its detection key, memory,
+whether it has fp8 tensor cores) and, if the detection rule is new, one line in
+`classify()`. Everything class-specific (baselines, ledgers, gate calibration) is keyed by
+the class name.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
+
+CLASSES_FILE = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "gpu_classes.toml"
+CPU_CLASS = "cpu"
+
+
+@dataclass(frozen=True)
+class GpuClass:
+    name: str
+    vendor: str  # nvidia | amd | cpu
+    memory_gb: float
+    fp8_tensor_cores: bool
+    description: str
+
+
+@lru_cache(maxsize=None)
+def known_classes(path: str = str(CLASSES_FILE)) -> dict[str, GpuClass]:
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    out = {}
+    for name, row in data.items():
+        for key in ("vendor", "memory_gb", "fp8_tensor_cores", "description"):
+            if key not in row:
+                raise ValueError(f"{path}: class {name!r} lacks field {key!r}")
+        out[name] = GpuClass(name=name, vendor=row["vendor"], memory_gb=float(row["memory_gb"]),
+                             fp8_tensor_cores=bool(row["fp8_tensor_cores"]), description=row["description"])
+    return out
+
+
+def classify(*, is_hip: bool, capability: Optional[tuple[int, int]] = None, arch_name: Optional[str] = None) -> str:
+    """Class name from what the driver reports: NVIDIA compute capability -> sm_XY;
+    ROCm gcnArchName ('gfx942:sramecc+:xnack-') -> gfx942."""
+    if is_hip:
+        if not arch_name:
+            raise ValueError("classify: a ROCm device needs arch_name (torch's gcnArchName)")
+        return arch_name.split(":", 1)[0].strip()
+    if capability is None:
+        raise ValueError("classify: an NVIDIA device needs capability (major, minor)")
+    major, minor = capability
+    return f"sm_{major}{minor}"
+
+
+def is_rocm() -> bool:
+    import torch
+    return getattr(torch.version, "hip", None) is not None
+
+
+def has_gpu() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def detect_class(device_index: int = 0) -> str:
+    if not has_gpu():
+        return CPU_CLASS
+    import torch
+    props = torch.cuda.get_device_properties(device_index)
+    if is_rocm():
+        return classify(is_hip=True, arch_name=getattr(props, "gcnArchName", ""))
+    return classify(is_hip=False, capability=(props.major, props.minor))
+
+
+def compute_units(device=None, cpu_default: int = 8) -> int:
+    """SMs on NVIDIA, CUs on AMD (torch reports both as multi_processor_count)."""
+    import torch
+    if device is None:
+        device = "cuda" if has_gpu() else "cpu"
+    device = torch.device(device)
+    if device.type != "cuda":
+        return cpu_default
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def memory_gb(device_index: int = 0) -> float:
+    if not has_gpu():
+        return 0.0
+    import torch
+    return torch.cuda.get_device_properties(device_index).total_memory / 2**30
+
+
+def visible_devices_var(rocm: Optional[bool] = None) -> str:
+    """The variable that pins a process to GPUs: HIP_VISIBLE_DEVICES on ROCm."""
+    if rocm is None:
+        rocm = is_rocm()
+    return "HIP_VISIBLE_DEVICES" if rocm else "CUDA_VISIBLE_DEVICES"
+
+
+def gpu_count() -> int:
+    import torch
+    return torch.cuda.device_count() if has_gpu() else 0
+
+
+def parent_visible_ids(env: Optional[dict] = None, count: Optional[int] = None, rocm: Optional[bool] = None) -> list[str]:
+    """GPU ids the parent process may hand out, honouring an existing *_VISIBLE_DEVICES."""
+    env = os.environ if env is None else env
+    var = visible_devices_var(rocm)
+    if env.get(var, "").strip():
+        return [x.strip() for x in env[var].split(",") if x.strip()]
+    n = gpu_count() if count is None else count
+    return [str(i) for i in range(n)]
+
+
+def pin_for_worker(worker_index: int, ids: list[str]) -> Optional[str]:
+    """The single GPU id worker `worker_index` gets (round robin), or None with no GPU."""
+    if not ids:
+        return None
+    return ids[worker_index % len(ids)]

@@ -1,0 +1,111 @@
+"""The known-failure ledger: adopter-owned data saying which (kernel, case) pairs are
+expected to fail on which GPU classes, in the spirit of array-api-tests' xfails files.
+
+    [[entry]]
+    kernel = "my_kernel"            # kernel name, or "*"
+    case = "fi4267-*"               # fnmatch pattern over case ids (a plain prefix works with *)
+    gpu_classes = ["sm_90"]         # optional; default: every class
+    kind = "xfail"                  # xfail: runs and must fail (an unexpected pass fails the run)
+                                    # quarantine: never launched (cases that crash the device)
+    reason = "merge of empty splits gives NaN"
+    issue = "https://github.com/org/repo/issues/123"   # required
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import pathlib
+import tomllib
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+ENV_VAR = "DECODE_CONFORMANCE_LEDGER"
+DEFAULT_FILE = "fixtures/known_failures.toml"
+KINDS = ("xfail", "quarantine")
+
+
+@dataclass
+class Entry:
+    kernel: str
+    case: str
+    kind: str
+    reason: str
+    issue: str
+    gpu_classes: Optional[tuple[str, ...]] = None
+    source: str = ""
+    hits: int = field(default=0, compare=False)
+
+    def matches(self, kernel: str, case_id: str, gpu_class: str) -> bool:
+        if self.gpu_classes is not None and gpu_class not in self.gpu_classes:
+            return False
+        return fnmatch.fnmatchcase(kernel, self.kernel) and fnmatch.fnmatchcase(case_id, self.case)
+
+    def mark(self):
+        import pytest
+        text = f"{self.reason} ({self.issue})"
+        if self.kind == "quarantine":
+            return pytest.mark.skip(reason=f"quarantined, never launched: {text}")
+        return pytest.mark.xfail(strict=True, reason=f"known failure: {text}")
+
+    def describe(self) -> str:
+        where = f" on {','.join(self.gpu_classes)}" if self.gpu_classes else ""
+        return f"{self.kind} kernel={self.kernel!r} case={self.case!r}{where} ({self.source})"
+
+
+def _parse(path: str, data: dict) -> list[Entry]:
+    unknown_top = set(data) - {"entry"}
+    if unknown_top:
+        raise ValueError(f"{path}: unknown top-level keys {sorted(unknown_top)}; expected [[entry]] tables")
+    entries = []
+    for i, row in enumerate(data.get("entry", [])):
+        where = f"{path}: entry {i}"
+        for key in ("kernel", "case", "kind", "reason", "issue"):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                raise ValueError(f"{where}: field {key!r} must be a non-empty string")
+        if row["kind"] not in KINDS:
+            raise ValueError(f"{where}: field 'kind' must be one of {KINDS}, got {row['kind']!r}")
+        if not row["issue"].startswith(("http://", "https://")):
+            raise ValueError(f"{where}: field 'issue' must be an issue URL, got {row['issue']!r}")
+        extra = set(row) - {"kernel", "case", "kind", "reason", "issue", "gpu_classes"}
+        if extra:
+            raise ValueError(f"{where}: unknown fields {sorted(extra)}")
+        classes = row.get("gpu_classes")
+        if classes is not None and (not isinstance(classes, list) or not all(isinstance(c, str) for c in classes)):
+            raise ValueError(f"{where}: field 'gpu_classes' must be a list of class names")
+        entries.append(Entry(kernel=row["kernel"], case=row["case"], kind=row["kind"], reason=row["reason"],
+                             issue=row["issue"], gpu_classes=tuple(classes) if classes else None,
+                             source=f"{path}#{i}"))
+    return entries
+
+
+@dataclass
+class Ledger:
+    entries: list[Entry]
+
+    @classmethod
+    def load(cls, paths: Iterable[str]) -> "Ledger":
+        entries = []
+        for p in paths:
+            with open(p, "rb") as f:
+                entries += _parse(str(p), tomllib.load(f))
+        return cls(entries)
+
+    def match(self, kernel: str, case_id: str, gpu_class: str) -> Optional[Entry]:
+        for e in self.entries:
+            if e.matches(kernel, case_id, gpu_class):
+                e.hits += 1
+                return e
+        return None
+
+    def unused(self, pairs: Iterable[tuple[str, str]], gpu_class: str) -> list[Entry]:
+        """Entries matching none of the (kernel, case id) pairs this run could collect."""
+        pairs = list(pairs)
+        return [e for e in self.entries if not any(e.matches(k, c, gpu_class) for k, c in pairs)]
+
+
+def default_ledger_paths(root) -> list[str]:
+    env = os.environ.get(ENV_VAR, "")
+    if env.strip():
+        return [p for p in env.split(os.pathsep) if p]
+    p = pathlib.Path(root) / DEFAULT_FILE
+    return [str(p)] if p.exists() else []

@@ -1,0 +1,34 @@
+"""The kernels this project ships, by the names `--kernel` and reports use.
+
+Each attribute is a zero-argument factory, so listing kernels imports no Triton code.
+"""
+
+
+def fixed_split():
+    from .fixed_split import FixedSplitKernel
+    return FixedSplitKernel()
+
+
+def adaptive_split():
+    from .adaptive_split import AdaptiveSplitKernel
+    return AdaptiveSplitKernel()
+
+
+def lean():
+    from .lean import LeanKernel
+    return LeanKernel()
+
+
+def dispatch():
+    from .dispatch import DispatchKernel
+    return DispatchKernel()
+
+
+def torch_gather():
+    from .torch_gather import TorchGatherKernel
+    return TorchGatherKernel()
+
+
+def torch_sdpa():
+    from .adapters.torch_sdpa import TorchSdpaKernel
+    return TorchSdpaKernel()

@@ -1,0 +1,48 @@
+"""A pure-torch decode kernel: gathers each request's keys and runs the math in float32.
+
+It is a second implementation under test (not the reference): float32 where the reference
+is float64, one batched softmax per request, and the same suite-owned buffers.
+"""
+from __future__ import annotations
+
+import torch
+
+from decode_conformance.kernel_api import Capabilities
+
+
+def torch_gather_decode(batch) -> None:
+    case = batch.case
+    Hkv, G, Dk, Dv = case.num_kv_heads, case.group, case.head_dim, case.v_head_dim
+    k_slots, v_slots = batch.k_slots(), batch.v_slots()
+    lens = batch.seq_lens.tolist()
+    indptr = batch.kv_indptr.tolist()
+    for b, L in enumerate(lens):
+        start = 0 if batch.window is None else max(0, L - batch.window)
+        slots = batch.kv_indices[indptr[b] + start: indptr[b] + L].long()
+        if slots.numel() == 0:
+            batch.out[b].zero_()
+            batch.lse[b] = batch.sinks.float() if batch.sinks is not None else float("-inf")
+            continue
+        k = k_slots[slots].float() * batch.k_scale
+        v = v_slots[slots].float() * batch.v_scale
+        qg = batch.q[b].float().view(Hkv, G, Dk)
+        s = torch.einsum("hgd,nhd->hgn", qg, k) * batch.sm_scale
+        if batch.softcap:
+            s = batch.softcap * torch.tanh(s / batch.softcap)
+        if batch.sinks is not None:
+            s = torch.cat([s, batch.sinks.float().view(Hkv, G, 1)], dim=-1)
+        lse = torch.logsumexp(s, dim=-1)
+        p = torch.exp(s - lse[..., None])
+        if batch.sinks is not None:
+            p = p[..., :-1]
+        batch.out[b] = torch.einsum("hgn,nhd->hgd", p, v).reshape(-1, Dv).to(batch.out.dtype)
+        batch.lse[b] = lse.reshape(-1)
+
+
+class TorchGatherKernel:
+    name = "torch_gather"
+    # Declared "counts-current" on purpose: it receives window = visible keys.
+    caps = Capabilities(window_convention="counts-current", cuda_graph_safe=False)
+
+    def plan(self, batch):
+        return lambda: torch_gather_decode(batch)
