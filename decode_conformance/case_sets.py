@@ -76,6 +76,10 @@ def one_axis_at_a_time(profile: str) -> list[Case]:
     for lp in LAYOUT_AXIS:
         for dt in ("bf16", "e4m3"):
             cases.append(_base(profile, kv_dtype=dt, **_layout(lp)))
+    for lp in (("paged", 1), ("paged", 16)):  # K/V pages interleaved: page stride != P slots
+        cases.append(_base(profile, combined_kv=True, **_layout(lp)))
+        cases.append(_base(profile, "ragged", combined_kv=True, kv_dtype="e5m2", window=WINDOWS[profile][0],
+                           **_layout(lp)))
     for hq, hkv in HEADS_AXIS:
         cases.append(_base(profile, num_q_heads=hq, num_kv_heads=hkv))
     for d in HEAD_DIM_AXIS:

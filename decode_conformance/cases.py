@@ -57,6 +57,7 @@ class Case:
     page_size: int = 16
     v_head_dim: Optional[int] = None  # defaults to head_dim
     mla: bool = False  # MLA rope split: one latent KV head, V = first v_head_dim columns of K
+    combined_kv: bool = False  # K and V pages interleaved in one tensor (flashinfer [pages, 2, P, H, D])
     window: Optional[int] = None
     window_convention: str = "counts-current"
     softcap: Optional[float] = None
@@ -96,6 +97,8 @@ class Case:
             if self.v_head_dim >= self.head_dim:
                 raise _fail("v_head_dim", f"< head_dim={self.head_dim} for MLA (rope part after the latent)",
                             self.v_head_dim)
+        if self.combined_kv and (self.mla or self.v_head_dim != self.head_dim or self.layout != "paged"):
+            raise _fail("combined_kv", "a paged, non-MLA case with v_head_dim == head_dim", self.combined_kv)
         if not self.seq_lens:
             raise _fail("seq_lens", "at least one request", self.seq_lens)
         if any((not isinstance(n, int)) or n < 0 for n in self.seq_lens):
@@ -183,6 +186,8 @@ class Case:
         parts = [self.label] if self.label else []
         parts.append(self.kv_dtype)
         parts.append("contig" if self.layout == "contig" else f"paged{self.page_size}")
+        if self.combined_kv:
+            parts.append("kv2")
         parts.append(f"h{self.num_q_heads}g{self.group}")
         dims = f"d{self.head_dim}" + (f"v{self.v_head_dim}" if self.v_head_dim != self.head_dim else "")
         parts.append(dims)

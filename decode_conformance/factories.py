@@ -117,30 +117,32 @@ def build(case: Case, device="cpu", seed: int | None = None) -> DecodeBatch:
     # only poison a margin around the used pages: filling gigabytes buys nothing.
     big = case.min_pool_bytes > 0
 
-    def pool(width):
-        shape = (pool_pages, P, Hkv, width)
+    def pool(shape):
         if big:
             return torch.empty(shape, dtype=cache_dtype, device=device)
         return torch.full(shape, float("nan"), dtype=cache_dtype, device=device)
 
-    k_width = Dk
-    k_pool = pool(Dk)
-    v_pool = None if case.mla else pool(Dv)
+    if case.combined_kv:  # one [pages, 2, P, Hkv, D] tensor: a page stride that is not P slots
+        kv = pool((pool_pages, 2, P, Hkv, Dk))
+        k_pool, v_pool = kv[:, 0], kv[:, 1]
+    else:
+        k_pool = pool((pool_pages, P, Hkv, Dk))
+        v_pool = None if case.mla else pool((pool_pages, P, Hkv, Dv))
 
     if big:
         lo = max(0, (int(flat_slots.min()) if n_tokens else 0) // P - 1)
         hi = min(pool_pages, (int(flat_slots.max()) if n_tokens else 0) // P + 2)
-        k_pool[lo:hi].fill_(float("nan"))
-        k_pool[0].fill_(float("nan"))
-        if v_pool is not None:
-            v_pool[lo:hi].fill_(float("nan"))
-            v_pool[0].fill_(float("nan"))
+        for t in (k_pool, v_pool):
+            if t is not None:
+                t[lo:hi].fill_(float("nan"))
+                t[0].fill_(float("nan"))
     k_stored = (k_real / k_scale).to(cache_dtype)
-    k_pool.view(-1, Hkv, k_width)[flat_slots] = k_stored
+    page_of, off_of = flat_slots // P, flat_slots % P  # index pages, not a flattened copy
+    k_pool[page_of, off_of] = k_stored
     if case.mla:
         v_pool_view = k_pool[..., :Dv]
     else:
-        v_pool.view(-1, Hkv, Dv)[flat_slots] = (v_real / v_scale).to(cache_dtype)
+        v_pool[page_of, off_of] = (v_real / v_scale).to(cache_dtype)
         v_pool_view = v_pool
 
     lens = torch.tensor(case.seq_lens, dtype=torch.int32, device=device)

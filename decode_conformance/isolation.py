@@ -35,6 +35,7 @@ import re
 import shutil
 import signal
 import sys
+import sysconfig
 import tempfile
 import time
 import weakref
@@ -51,6 +52,8 @@ CONTEXT_POISON = re.compile(
 STARTUP_TIMEOUT_S = 300.0  # importing torch (+ a CUDA context) must finish within this
 _POLL_SLICE_S = 0.5
 _STACK_DUMP_WAIT_S = 0.5
+_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+_LIBRARY_PREFIXES = tuple(sorted({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}))
 _LIVE: "weakref.WeakSet[IsolatedRunner]" = weakref.WeakSet()
 
 
@@ -244,26 +247,47 @@ class IsolatedRunner:
             return []
         return lines[-n:]
 
-    @staticmethod
-    def _innermost_frame(lines: list[str]) -> str:
-        """faulthandler prints 'File "...", line N in f' most recent call first; return the
-        first frame of the last dump."""
+    def _where(self, lines: list[str]) -> str:
+        """Where the worker was, from the last faulthandler dump in its output ('File "...",
+        line N in f', most recent call first): the innermost frame and, when that is inside
+        Python or an installed package, the innermost frame of the kernel's own code."""
         starts = [i for i, ln in enumerate(lines) if "most recent call first" in ln]
+        frames = []
         for ln in lines[starts[-1] + 1:] if starts else []:
-            s = ln.strip()
-            if s.startswith("File "):
-                return s
-        return ""
+            m = _FRAME.match(ln.strip())
+            if not m:
+                if frames:
+                    break
+                continue
+            frames.append((m.group("path"), m.group("line"), m.group("func")))
+        if not frames:
+            return ""
+
+        def fmt(f):
+            path, line, func = f
+            for base in (self.root,) + _LIBRARY_PREFIXES:
+                try:
+                    path = str(pathlib.Path(path).resolve().relative_to(pathlib.Path(base).resolve()))
+                    break
+                except ValueError:
+                    continue
+            return f"{func} ({path}:{line})"
+
+        text = fmt(frames[0])
+        own = next((f for f in frames if not f[0].startswith(_LIBRARY_PREFIXES)), None)
+        if own is not None and own is not frames[0]:
+            text += f" <- {fmt(own)}"
+        return text
 
     # -- running cases --
     def run(self, spec: str, case, seed: Optional[int] = None, repro: str = "", **kw):
         from .runner import CaseResult
-        t0 = time.perf_counter()
         res = CaseResult(kernel=spec.rsplit(":", 1)[-1], case_id=case.id, status="error", repro=repro)
-        problem = self._wait_ready()
+        problem = self._wait_ready()  # a replacement worker may still be importing torch
         if problem:
             res.message = problem
             return res
+        t0 = time.perf_counter()
         log_mark = len(self.log_tail(10**9))
         try:
             self._conn.send((spec, case.to_dict(), seed, repro, kw))
@@ -299,7 +323,7 @@ class IsolatedRunner:
     def _hung(self, res, t0, log_mark):
         self._dump_stacks()
         lines = self._new_output(log_mark)
-        frame = self._innermost_frame(lines)
+        frame = self._where(lines)
         self._replace(f"hang in {res.case_id}")
         res.status = "failed"
         res.message = (f"hung: no result within {_format_seconds(self.case_timeout)} s "
@@ -311,7 +335,7 @@ class IsolatedRunner:
     def _crashed(self, res, t0, log_mark):
         why = describe_exit(self._reap())
         lines = self._new_output(log_mark)
-        frame = self._innermost_frame(lines)
+        frame = self._where(lines)
         self._replace(f"{why} in {res.case_id}")
         res.status = "failed"
         res.message = f"crashed: {why}" + (f"; stack: {frame}" if frame else "") + " (worker restarted)"

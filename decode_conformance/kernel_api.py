@@ -45,6 +45,9 @@ class Capabilities:
     deterministic: bool = True
     devices: frozenset = frozenset({"cuda", "cpu"})  # cpu = Triton interpreter or torch
     max_pool_bytes: Optional[int] = None
+    # Set when the kernel cannot run here at all (its library is not installed, say): the
+    # kernel is still listed, and every case skips with this reason.
+    unavailable: Optional[str] = None
 
     def __post_init__(self):
         if self.window_convention is not None and self.window_convention not in WINDOW_CONVENTIONS:
@@ -56,6 +59,8 @@ class Capabilities:
 
     def missing_for(self, case: Case, device_type: str) -> list[str]:
         """Every capability `case` needs that this kernel lacks, as readable reasons."""
+        if self.unavailable:  # nothing else matters (and one reason groups the skips in -rs)
+            return [self.unavailable]
         miss = []
         if case.kv_dtype not in self.kv_dtypes:
             miss.append(f"kv dtype {case.kv_dtype}")
@@ -80,7 +85,8 @@ class Capabilities:
         return miss
 
     def describe(self) -> str:
-        parts = [",".join(sorted(self.kv_dtypes)), "/".join(sorted(self.layouts))]
+        parts = [f"UNAVAILABLE ({self.unavailable})"] if self.unavailable else []
+        parts += [",".join(sorted(self.kv_dtypes)), "/".join(sorted(self.layouts))]
         if self.page_sizes is not None:
             parts.append("pages " + ",".join(str(p) for p in sorted(self.page_sizes)))
         parts.append(f"window {self.window_convention}" if self.window_convention else "no window")

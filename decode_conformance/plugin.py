@@ -74,6 +74,20 @@ def _choose_device(opt: Optional[str]) -> str:
     return "cuda" if hardware.has_gpu() else "cpu"
 
 
+def resolve_isolation(device: str, isolation: Optional[str], timeout: Optional[float]) -> tuple[str, Optional[float]]:
+    """(--isolation, --case-timeout) after defaults: process isolation and 600 s on a GPU,
+    none and 900 s on cpu (where kernels are plain Python under the interpreter and a
+    worker process would only cost time). A timeout of 0 means none (returned as None)."""
+    kind = "cpu" if device == "cpu" else "gpu"
+    isolation = isolation or ("none" if kind == "cpu" else "process")
+    if isolation not in ISOLATION_MODES:
+        raise pytest.UsageError(f"--isolation: expected one of {ISOLATION_MODES}, got {isolation!r}")
+    timeout = DEFAULT_CASE_TIMEOUT[kind] if timeout is None else float(timeout)
+    if timeout < 0:
+        raise pytest.UsageError(f"--case-timeout: expected seconds >= 0 (0 = none), got {timeout:g}")
+    return isolation, (timeout or None)
+
+
 def pytest_configure(config):
     for line in (
         "decode_case: a decode-conformance kernel x case test",
@@ -99,17 +113,12 @@ def pytest_configure(config):
         except KernelLoadError as e:
             kernels.append((spec, None, str(e)))
     ledger = Ledger.load(config.getoption("--ledger") or default_ledger_paths(config.rootpath))
-    kind = "cpu" if device == "cpu" else "gpu"
-    isolation = config.getoption("--isolation") or ("none" if kind == "cpu" else "process")
-    timeout = config.getoption("--case-timeout")
-    timeout = DEFAULT_CASE_TIMEOUT[kind] if timeout is None else timeout
-    if timeout < 0:
-        raise pytest.UsageError(f"--case-timeout: expected seconds >= 0 (0 = none), got {timeout:g}")
+    isolation, timeout = resolve_isolation(device, config.getoption("--isolation"), config.getoption("--case-timeout"))
     config._dc_session = Session(device=device, gpu_class=gpu_class,
                                  profile="interpreter" if device == "cpu" else "gpu",
                                  case_set=config.getoption("--case-set"), kernels=kernels,
                                  ledger=ledger, results=[], isolation=isolation,
-                                 case_timeout=timeout or None)
+                                 case_timeout=timeout)
 
 
 def pytest_unconfigure(config):
@@ -230,7 +239,7 @@ def dc_run(request, dc_session):
             res = dc_session.runner.run(kp.spec, case, repro=repro, **kw)
             res.kernel = kp.name  # the worker names it by the loaded kernel too; keep the parent's
         else:
-            with _in_process_timeout(request.config, dc_session.case_timeout):
+            with _in_process_timeout(request.config, dc_session.case_timeout, f"{kp.name} on {case.id}"):
                 res = run_case(kp.kernel, case, dc_session.device, repro=repro, **kw)
         res.extra["text"] = failure_text(res, case)
         request.node.user_properties.append(("dc_result", json.dumps(res.to_dict())))
@@ -240,10 +249,12 @@ def dc_run(request, dc_session):
 
 
 @contextlib.contextmanager
-def _in_process_timeout(config, seconds: Optional[float]):
-    """--isolation=none: a kernel cannot be stopped inside the process, so past the limit
-    faulthandler dumps every thread's stack and exits (like pytest-timeout's thread method).
-    Left alone when pytest's own faulthandler_timeout is set (one timer per process)."""
+def _in_process_timeout(config, seconds: Optional[float], what: str = ""):
+    """--isolation=none: a kernel cannot be stopped inside the process, so past the limit the
+    run ends: a note says why, then faulthandler dumps every thread's stack and exits (like
+    pytest-timeout's thread method; faulthandler's watchdog is a C thread, so it fires even
+    when the kernel holds the GIL). Left alone when pytest's own faulthandler_timeout is set
+    (one faulthandler timer per process)."""
     try:
         own = float(config.getini("faulthandler_timeout") or 0)
     except (ValueError, KeyError):
@@ -257,10 +268,25 @@ def _in_process_timeout(config, seconds: Optional[float]):
         out = config.stash.get(fault_handler_stderr_fd_key, None)
     except ImportError:
         pass
-    faulthandler.dump_traceback_later(seconds, exit=True, file=out if out is not None else sys.__stderr__)
+    fd = out if out is not None else sys.__stderr__.fileno()
+
+    def note():
+        msg = (f"\ndecode-conformance: {what} gave no result within --case-timeout={seconds:g} s under "
+               f"--isolation=none; ending the run (use --isolation=process to fail only this case)\n")
+        try:
+            os.write(fd, msg.encode())
+        except OSError:
+            pass
+
+    import threading
+    timer = threading.Timer(seconds, note)
+    timer.daemon = True
+    timer.start()
+    faulthandler.dump_traceback_later(seconds + 0.5, exit=True, file=fd)
     try:
         yield
     finally:
+        timer.cancel()
         faulthandler.cancel_dump_traceback_later()
 
 
@@ -278,12 +304,19 @@ def pytest_runtest_logreport(report):
     s = _REPORTING.get("session")
     if s is None or "|" not in report.nodeid:
         return
+    test = report.nodeid.split("[", 1)[0]  # which test function produced the row
     if report.when == "call":
         for key, val in report.user_properties:
             if key == "dc_result":
                 d = json.loads(val)
+                d["test"] = test
                 if hasattr(report, "wasxfail"):
                     d["status"] = "xfailed" if report.skipped else "xpassed"
+                elif report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
+                    # A strict xfail that passed: pytest fails the test without `wasxfail`.
+                    d["status"] = "xpassed"
+                    d["message"] = (f"passed but the ledger expects a failure ({report.longrepr}); "
+                                    f"remove or narrow the ledger entry | {d.get('message', '')}")
                 s.results.append(d)
     elif report.when == "setup" and report.skipped:
         kernel, case = _split_nodeid(report.nodeid)
@@ -291,7 +324,7 @@ def pytest_runtest_logreport(report):
         reason = reason.replace("Skipped: ", "")
         s.results.append({"kernel": kernel, "case": case, "verdict": None, "repro": "", "seconds": 0,
                           "status": "quarantined" if reason.startswith("quarantined") else "skipped",
-                          "message": reason})
+                          "message": reason, "test": test})
 
 
 _REPORTING: dict = {}

@@ -32,3 +32,16 @@ def torch_gather():
 def torch_sdpa():
     from .adapters.torch_sdpa import TorchSdpaKernel
     return TorchSdpaKernel()
+
+
+# External libraries: opt-in through --kernel (not in kernel_api.SHIPPED). Where the library
+# is not installed the kernel still loads, and every case skips saying so.
+
+def flashinfer_decode():
+    from .adapters.flashinfer_decode import make_kernel
+    return make_kernel()
+
+
+def sglang_decode():
+    from .adapters.sglang_decode import make_kernel
+    return make_kernel()

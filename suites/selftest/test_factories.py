@@ -16,7 +16,7 @@ def _case(**kw):
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(layout="contig", page_size=1), dict(page_size=1),
-                                dict(kv_dtype="e4m3", page_size=64),
+                                dict(kv_dtype="e4m3", page_size=64), dict(combined_kv=True, page_size=4),
                                 dict(mla=True, num_q_heads=16, num_kv_heads=1, head_dim=576, v_head_dim=512)])
 def test_views_agree_and_unowned_slots_are_nan(kw):
     c = _case(**kw)

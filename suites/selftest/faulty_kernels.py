@@ -1,0 +1,138 @@
+"""Kernels that misbehave on purpose, for testing the harness (pure torch, CPU or GPU).
+
+Each one fails in a way a real kernel can: raising, replacing the output buffer with one of
+the wrong shape / dtype / device, writing NaN, leaving the output unwritten, hanging,
+killing its process (abort, segfault, a hard exit standing in for a CUDA error that
+corrupts the context), or reporting a CUDA error that poisons every later launch in the
+same process. `canary` is a correct kernel that fails only in such a poisoned process.
+
+Specs: `suites.selftest.faulty_kernels:<attribute>`, e.g. `--kernel=suites.selftest.faulty_kernels:hang`.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+import time
+
+import torch
+
+from decode_conformance.kernel_api import Capabilities
+
+MARKER_DIR_ENV = "DC_FAULTY_MARKER_DIR"  # MarkerKernel writes <dir>/<name> when planned
+CUDA_ERROR_TEXT = "CUDA error: an illegal memory access was encountered"
+
+# Process-wide stand-in for a poisoned CUDA context: set by `cuda_error`, read by `canary`.
+_CONTEXT_POISONED = False
+
+
+def _correct(batch) -> None:
+    from decode_conformance_kernels.torch_gather import torch_gather_decode
+    torch_gather_decode(batch)
+
+
+class FaultyKernel:
+    caps = Capabilities(window_convention="counts-current")
+
+    def __init__(self, name: str, launch):
+        self.name = name
+        self._launch = launch
+
+    def plan(self, batch):
+        return lambda: self._launch(batch)
+
+    def __repr__(self):
+        return f"FaultyKernel({self.name})"
+
+
+def _raise(batch):
+    raise RuntimeError("faulty kernel: deliberate failure inside launch")
+
+
+def _wrong_shape(batch):
+    B, H, D = batch.out.shape
+    batch.out = torch.zeros((B, H, D + 1), dtype=batch.out.dtype, device=batch.out.device)
+
+
+def _wrong_dtype(batch):
+    own = batch.out
+    _correct(batch)  # right numbers, but handed back in float32 instead of the q dtype
+    batch.out = own.float()
+
+
+def _wrong_device(batch):
+    batch.out = torch.empty(batch.out.shape, dtype=batch.out.dtype, device="meta")
+
+
+def _nan(batch):
+    _correct(batch)
+    batch.out[0, 0, 0] = float("nan")
+
+
+def _unwritten(batch):
+    return None  # out and lse keep the suite's NaN fill
+
+
+def _hang(batch):
+    while True:
+        time.sleep(0.05)
+
+
+def _abort(batch):
+    os.abort()
+
+
+def _segfault(batch):
+    ctypes.string_at(0)  # read address 0: SIGSEGV
+
+
+def _exit_in_launch(batch):
+    # On a GPU, an illegal access can take the process down or leave its CUDA context
+    # unusable; on CPU the closest stand-in is the process vanishing mid-launch.
+    os._exit(1)
+
+
+def _cuda_error(batch):
+    global _CONTEXT_POISONED
+    _CONTEXT_POISONED = True
+    raise RuntimeError(CUDA_ERROR_TEXT)
+
+
+def _canary(batch):
+    if _CONTEXT_POISONED:
+        raise RuntimeError(f"{CUDA_ERROR_TEXT} (context poisoned by an earlier launch in this process)")
+    _correct(batch)
+
+
+class MarkerKernel(FaultyKernel):
+    """Records every plan() in $DC_FAULTY_MARKER_DIR/<name> (one case id a line), then
+    raises on launch: proves whether the harness ever handed it a case (quarantine must not)."""
+
+    def __init__(self, name: str):
+        super().__init__(name, self._raise_launched)
+
+    def plan(self, batch):
+        d = os.environ.get(MARKER_DIR_ENV)
+        if d:
+            with open(pathlib.Path(d) / self.name, "a") as f:
+                f.write(f"{batch.case.id}\n")
+        return super().plan(batch)
+
+    def _raise_launched(self, batch):
+        raise RuntimeError(f"{self.name} was launched")
+
+
+raises = FaultyKernel("faulty_raises", _raise)
+wrong_shape = FaultyKernel("faulty_wrong_shape", _wrong_shape)
+wrong_dtype = FaultyKernel("faulty_wrong_dtype", _wrong_dtype)
+wrong_device = FaultyKernel("faulty_wrong_device", _wrong_device)
+nan = FaultyKernel("faulty_nan", _nan)
+unwritten = FaultyKernel("faulty_unwritten", _unwritten)
+hang = FaultyKernel("faulty_hang", _hang)
+abort = FaultyKernel("faulty_abort", _abort)
+segfault = FaultyKernel("faulty_segfault", _segfault)
+exit_in_launch = FaultyKernel("faulty_exit", _exit_in_launch)
+cuda_error = FaultyKernel("faulty_cuda_error", _cuda_error)
+canary = FaultyKernel("faulty_canary", _canary)
+marker_a = MarkerKernel("marker_a")
+marker_b = MarkerKernel("marker_b")

@@ -1,0 +1,126 @@
+"""Crash and hang isolation, end to end: one `pytest suites/parity` run (in a child process)
+with a good kernel, every fault-injecting kernel of faulty_kernels.py and a canary, under
+--isolation=process. Each faulty kernel must fail only its own cases, with a message saying
+what it did; every other result must be kept; the run must finish and write a report with a
+one-line reproduce command for every failure.
+
+Order of kernels matters: the canary runs right after `cuda_error`, so it passes only if the
+worker was replaced after the device error (it fails in a process where cuda_error ran);
+torch_gather runs first and `canary` last, so results before and after the crashes are kept.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from decode_conformance.plugin import DEFAULT_CASE_TIMEOUT, resolve_isolation
+from suites.selftest._subpytest import GOOD, PARITY, faulty, run_pytest, small_case_ids
+
+TIMEOUT_S = 5  # per case; a good case here takes < 0.5 s, even on a busy 2-core machine
+_REPLACED = r"kernel replaced batch\.out with \((?P<got>[\d, ]+)\) (?P<got_dtype>\w+) on (?P<got_dev>\w+) " \
+            r"\(suite buffer: \((?P<own>[\d, ]+)\) (?P<own_dtype>\w+) on (?P<own_dev>\w+)\)"
+
+# kernel attribute -> (kernel name, message pattern, extra check on the regex match or None)
+EXPECTED = {
+    "raises": ("faulty_raises", r"^kernel raised: RuntimeError: faulty kernel: deliberate failure", None),
+    "wrong_shape": ("faulty_wrong_shape", "^" + _REPLACED,
+                    lambda m: m["got"] != m["own"] and m["got_dtype"] == m["own_dtype"]),
+    "wrong_dtype": ("faulty_wrong_dtype", "^" + _REPLACED,
+                    lambda m: m["got"] == m["own"] and (m["got_dtype"], m["own_dtype"]) == ("float32", "bfloat16")),
+    "wrong_device": ("faulty_wrong_device", "^" + _REPLACED,
+                     lambda m: (m["got_dev"], m["own_dev"]) == ("meta", "cpu")),
+    "nan": ("faulty_nan", r"^FAIL: 1 non-finite output elements", None),
+    "unwritten": ("faulty_unwritten", r"^FAIL: \d+ non-finite output elements.*non-finite LSE", None),
+    "hang": ("faulty_hang", rf"^hung: no result within {TIMEOUT_S} s \(kernel killed, worker restarted\); "
+                            r"stack: _hang \(suites/selftest/faulty_kernels\.py:\d+\)", None),
+    "abort": ("faulty_abort", r"^crashed: worker exited with signal SIGABRT; stack: .*_abort", None),
+    "segfault": ("faulty_segfault", r"^crashed: worker exited with signal SIGSEGV; stack: .*_segfault", None),
+    "exit_in_launch": ("faulty_exit", r"^crashed: worker exited with code 1\b", None),
+    "cuda_error": ("faulty_cuda_error", r"^kernel raised: RuntimeError: CUDA error: an illegal memory access.*"
+                                        r"\(device context poisoned: worker restarted\)$", None),
+}
+GOOD_NAMES = ("torch_gather", "faulty_canary")
+
+
+def test_faulty_kernels_fail_only_their_own_cases(tmp_path):
+    cases = small_case_ids(2)
+    specs = [GOOD] + [faulty(a) for a in EXPECTED] + [faulty("canary")]
+    run = run_pytest(PARITY, "-q", "-rN", *[f"--kernel={s}" for s in specs], *[f"--case-id={c}" for c in cases],
+                     "--isolation=process", f"--case-timeout={TIMEOUT_S}", report=tmp_path / "report", timeout=240)
+    tail = run.out[-3000:]
+    n_bad, n_good = len(EXPECTED) * len(cases), len(GOOD_NAMES) * len(cases)
+
+    # The run finished on its own: failures (rc 1), not an interrupt or internal error.
+    assert run.rc == 1, f"exit code {run.rc}\n{tail}"
+    assert "INTERNALERROR" not in run.out, tail
+    assert re.search(rf"\b{n_bad} failed, {n_good} passed\b", run.out), tail
+    assert run.report is not None, f"no report written\n{tail}"
+
+    rows = run.rows()
+    by_key = {}
+    for r in rows:
+        assert (r["kernel"], r["case"]) not in by_key, f"two report rows for {r['kernel']} {r['case']}"
+        by_key[(r["kernel"], r["case"])] = r
+    problems = []
+    for name in GOOD_NAMES:  # every other result is kept, before and after the crashes
+        for c in cases:
+            r = by_key.get((name, c))
+            if r is None or r["status"] != "passed":
+                problems.append(f"{name} {c}: expected passed, got {r and (r['status'], r['message'])}")
+    for attr, (name, pattern, check) in EXPECTED.items():
+        for c in cases:
+            r = by_key.get((name, c))
+            if r is None:
+                problems.append(f"{name} {c}: no report row")
+                continue
+            m = re.search(pattern, r["message"])
+            if r["status"] != "failed" or m is None or (check is not None and not check(m)):
+                problems.append(f"{name} {c}: status {r['status']!r}, message {r['message']!r} "
+                                f"does not match {pattern!r}")
+    assert len(rows) == n_bad + n_good, f"{len(rows)} report rows, expected {n_bad + n_good}"
+    assert not problems, "\n".join(problems)
+
+    # One line to reproduce every failure, in the JSON and in the Markdown, naming the
+    # kernel spec and the case id (principle 6).
+    failures = [r for r in rows if r["status"] in ("failed", "error", "xpassed")]
+    assert len(failures) == n_bad
+    spec_of = {EXPECTED[a][0]: faulty(a) for a in EXPECTED}
+    for r in failures:
+        repro = r["repro"]
+        assert repro and "\n" not in repro, f"{r['kernel']} {r['case']}: repro {repro!r}"
+        argv = shlex.split(repro)
+        assert argv[:2] == ["pytest", "suites/parity"], repro
+        assert f"--kernel={spec_of[r['kernel']]}" in argv and f"--case-id={r['case']}" in argv, repro
+        assert f"reproduce: `{repro}`" in run.md, f"{r['kernel']} {r['case']}: repro missing from the Markdown"
+
+    # A crash shows the worker's last output (faulthandler's stack) in the failure text.
+    assert "isolation worker output (last lines):" in run.out and "Fatal Python error" in run.out, tail
+
+
+@pytest.mark.parametrize("device,iso,timeout,expected", [
+    ("cpu", None, None, ("none", DEFAULT_CASE_TIMEOUT["cpu"])),
+    ("cuda", None, None, ("process", DEFAULT_CASE_TIMEOUT["gpu"])),
+    ("cuda:1", None, None, ("process", DEFAULT_CASE_TIMEOUT["gpu"])),
+    ("cpu", "process", 0.0, ("process", None)),
+    ("cuda", "none", 30.0, ("none", 30.0)),
+])
+def test_isolation_defaults(device, iso, timeout, expected):
+    assert resolve_isolation(device, iso, timeout) == expected
+
+
+def test_negative_case_timeout_is_refused():
+    with pytest.raises(pytest.UsageError, match="--case-timeout"):
+        resolve_isolation("cpu", None, -1.0)
+
+
+def test_timeout_without_isolation_ends_the_run_and_says_why():
+    """--isolation=none cannot stop a kernel inside the process: past --case-timeout the run
+    ends (instead of hanging CI forever), naming the case and pointing at --isolation=process."""
+    case = small_case_ids(1)[0]
+    run = run_pytest(PARITY, "-q", f"--kernel={faulty('hang')}", f"--case-id={case}", "--isolation=none",
+                     "--case-timeout=1", timeout=120)
+    assert run.rc not in (0, 5), run.out[-2000:]
+    assert f"faulty_hang on {case} gave no result within --case-timeout=1 s under --isolation=none" in run.out
+    assert re.search(r"Timeout \(0:00:01\.5", run.out) and "_hang" in run.out, run.out[-2000:]

@@ -1,0 +1,205 @@
+"""GPU class detection, device pinning under pytest-xdist, and deterministic collection,
+with fakes (no GPU needed): decode_conformance/hardware.py and xdist_pinning.py."""
+from __future__ import annotations
+
+import re
+import types
+
+import pytest
+
+from decode_conformance import hardware, xdist_pinning
+from suites.selftest._subpytest import run_pytest
+
+NVIDIA = [((8, 0), "sm_80"), ((8, 6), "sm_86"), ((8, 9), "sm_89"), ((9, 0), "sm_90"), ((10, 0), "sm_100"),
+          ((12, 0), "sm_120")]
+ROCM = [("gfx942:sramecc+:xnack-", "gfx942"), ("gfx950", "gfx950"), ("gfx950:sramecc+", "gfx950")]
+
+
+# ---- classes ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("capability,expected", NVIDIA)
+def test_classify_nvidia(capability, expected):
+    assert hardware.classify(is_hip=False, capability=capability) == expected
+    assert expected in hardware.known_classes(), f"{expected} is not a row of fixtures/gpu_classes.toml"
+    assert hardware.known_classes()[expected].vendor == "nvidia"
+
+
+@pytest.mark.parametrize("arch,expected", ROCM)
+def test_classify_rocm(arch, expected):
+    assert hardware.classify(is_hip=True, arch_name=arch) == expected
+    assert expected in hardware.known_classes(), f"{expected} is not a row of fixtures/gpu_classes.toml"
+    assert hardware.known_classes()[expected].vendor == "amd"
+
+
+def test_classify_needs_what_the_driver_reports():
+    with pytest.raises(ValueError, match="arch_name"):
+        hardware.classify(is_hip=True)
+    with pytest.raises(ValueError, match="capability"):
+        hardware.classify(is_hip=False)
+
+
+def test_every_class_row_is_complete():
+    classes = hardware.known_classes()
+    assert hardware.CPU_CLASS in classes
+    for name, c in classes.items():
+        assert c.vendor in ("nvidia", "amd", "cpu"), name
+        assert (c.memory_gb > 0) == (c.vendor != "cpu"), name
+
+
+def _fake_device(monkeypatch, *, rocm: bool, **props):
+    import torch
+    monkeypatch.setattr(hardware, "has_gpu", lambda: True)
+    monkeypatch.setattr(hardware, "is_rocm", lambda: rocm)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i=0: types.SimpleNamespace(**props))
+
+
+def test_detect_class_nvidia(monkeypatch):
+    _fake_device(monkeypatch, rocm=False, major=9, minor=0, gcnArchName="")
+    assert hardware.detect_class() == "sm_90"
+
+
+def test_detect_class_rocm(monkeypatch):
+    # torch on ROCm reports a CUDA-style major/minor too (9.4 on MI300X): the arch name must win.
+    _fake_device(monkeypatch, rocm=True, major=9, minor=4, gcnArchName="gfx942:sramecc+:xnack-")
+    assert hardware.detect_class() == "gfx942"
+
+
+def test_detect_class_without_gpu(monkeypatch):
+    monkeypatch.setattr(hardware, "has_gpu", lambda: False)
+    assert hardware.detect_class() == hardware.CPU_CLASS
+
+
+# ---- visible devices -------------------------------------------------------------------
+
+def test_visible_devices_var(monkeypatch):
+    assert hardware.visible_devices_var(rocm=True) == "HIP_VISIBLE_DEVICES"
+    assert hardware.visible_devices_var(rocm=False) == "CUDA_VISIBLE_DEVICES"
+    monkeypatch.setattr(hardware, "is_rocm", lambda: True)
+    assert hardware.visible_devices_var() == "HIP_VISIBLE_DEVICES"
+    monkeypatch.setattr(hardware, "is_rocm", lambda: False)
+    assert hardware.visible_devices_var() == "CUDA_VISIBLE_DEVICES"
+
+
+@pytest.mark.parametrize("env,rocm,count,expected", [
+    ({}, False, 4, ["0", "1", "2", "3"]),
+    ({}, False, 0, []),
+    ({"CUDA_VISIBLE_DEVICES": "2,5"}, False, 8, ["2", "5"]),  # only what the parent was given
+    ({"CUDA_VISIBLE_DEVICES": " 3 , 1 "}, False, 8, ["3", "1"]),  # order kept, spaces dropped
+    ({"CUDA_VISIBLE_DEVICES": ""}, False, 2, ["0", "1"]),  # empty: not set
+    ({"CUDA_VISIBLE_DEVICES": "GPU-8f2a,GPU-77c1"}, False, 2, ["GPU-8f2a", "GPU-77c1"]),  # UUIDs pass through
+    ({"HIP_VISIBLE_DEVICES": "6,7"}, True, 8, ["6", "7"]),
+    ({"CUDA_VISIBLE_DEVICES": "6,7"}, True, 2, ["0", "1"]),  # ROCm pins with HIP_VISIBLE_DEVICES
+    ({"HIP_VISIBLE_DEVICES": "6,7"}, False, 2, ["0", "1"]),  # and NVIDIA ignores HIP's variable
+])
+def test_parent_visible_ids(env, rocm, count, expected):
+    assert hardware.parent_visible_ids(env=env, count=count, rocm=rocm) == expected
+
+
+def test_parent_visible_ids_reads_the_process_environment(monkeypatch):
+    monkeypatch.setattr(hardware, "is_rocm", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    assert hardware.parent_visible_ids(count=8) == ["4", "6"]
+
+
+# ---- xdist pinning ---------------------------------------------------------------------
+
+class FakeSpec:
+    def __init__(self):
+        self.env = {}
+
+
+def _execnet_specs(n):
+    execnet = pytest.importorskip("execnet")
+    return [execnet.XSpec("popen") for _ in range(n)]
+
+
+@pytest.mark.parametrize("make_specs", [lambda n: [FakeSpec() for _ in range(n)], _execnet_specs],
+                         ids=["fake", "execnet"])
+@pytest.mark.parametrize("ids,n_workers,expected", [
+    (["0", "1", "2", "3"], 4, ["0", "1", "2", "3"]),
+    (["2", "5"], 5, ["2", "5", "2", "5", "2"]),  # more workers than GPUs: round robin
+    (["7"], 3, ["7", "7", "7"]),
+    (["0", "1", "2", "3"], 2, ["0", "1"]),
+])
+def test_assign_one_gpu_per_worker(make_specs, ids, n_workers, expected):
+    specs = make_specs(n_workers)
+    xdist_pinning.assign(specs, ids, "CUDA_VISIBLE_DEVICES")
+    got = [s.env["CUDA_VISIBLE_DEVICES"] for s in specs]
+    assert got == expected
+    assert all("," not in g for g in got), "a worker must see exactly one device"
+
+
+def test_assign_without_gpus_leaves_specs_alone():
+    specs = [FakeSpec(), FakeSpec()]
+    xdist_pinning.assign(specs, [], "CUDA_VISIBLE_DEVICES")
+    assert all(s.env == {} for s in specs)
+
+
+class FakeConfig:
+    def __init__(self, device=None):
+        self._device = device
+
+    def getoption(self, name):
+        assert name == "--device"
+        return self._device
+
+
+def _fake_gpus(monkeypatch, n: int, rocm: bool = False, visible: str = ""):
+    monkeypatch.setattr(hardware, "gpu_count", lambda: n)
+    monkeypatch.setattr(hardware, "has_gpu", lambda: n > 0)
+    monkeypatch.setattr(hardware, "is_rocm", lambda: rocm)
+    for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        monkeypatch.delenv(var, raising=False)
+    if visible:
+        monkeypatch.setenv(hardware.visible_devices_var(rocm), visible)
+
+
+@pytest.mark.parametrize("n,device,expected", [
+    (4, None, 4), (8, "cuda", 8), (1, None, 1),
+    (0, None, None),  # no GPU: xdist's own default (CPU count)
+    (4, "cpu", None),  # --device=cpu on a GPU machine: the GPUs do not bound the workers
+])
+def test_auto_num_workers_is_the_gpu_count(monkeypatch, n, device, expected):
+    _fake_gpus(monkeypatch, n)
+    assert xdist_pinning.pytest_xdist_auto_num_workers(FakeConfig(device)) == expected
+
+
+def test_auto_num_workers_honours_visible_devices(monkeypatch):
+    _fake_gpus(monkeypatch, 2, visible="3,5")  # torch counts the 2 the parent may use
+    assert xdist_pinning.pytest_xdist_auto_num_workers(FakeConfig()) == 2
+
+
+@pytest.mark.parametrize("rocm,var", [(False, "CUDA_VISIBLE_DEVICES"), (True, "HIP_VISIBLE_DEVICES")])
+def test_setupnodes_pins_each_worker(monkeypatch, rocm, var):
+    _fake_gpus(monkeypatch, 2, rocm=rocm, visible="3,5")
+    specs = [FakeSpec() for _ in range(2)]
+    xdist_pinning.pytest_xdist_setupnodes(FakeConfig(), specs)
+    assert [s.env for s in specs] == [{var: "3"}, {var: "5"}]
+
+
+@pytest.mark.parametrize("n,device", [(0, None), (2, "cpu")])
+def test_setupnodes_leaves_cpu_runs_alone(monkeypatch, n, device):
+    _fake_gpus(monkeypatch, n)
+    specs = [FakeSpec() for _ in range(2)]
+    xdist_pinning.pytest_xdist_setupnodes(FakeConfig(device), specs)
+    assert all(s.env == {} for s in specs)
+
+
+# ---- determinism across workers --------------------------------------------------------
+
+def _collected_ids(hash_seed: str, *extra: str) -> list[str]:
+    run = run_pytest("suites/parity", "--collect-only", "-q", *extra, env={"PYTHONHASHSEED": hash_seed}, timeout=180)
+    assert run.rc == 0, run.out[-3000:]
+    ids = [ln for ln in run.out.splitlines() if re.match(r"^suites/\S+::", ln)]
+    assert ids, run.out[-3000:]
+    return ids
+
+
+def test_collection_is_identical_in_two_processes():
+    """xdist requires every worker to collect the same list in the same order; workers are
+    separate processes with their own hash seeds, so anything ordered by hash (a set of case
+    ids, say) would break it. Two processes with different PYTHONHASHSEED must agree."""
+    a = _collected_ids("1")
+    b = _collected_ids("2")
+    assert len(a) == len(b) and a == b, next(((i, x, y) for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    assert len(set(a)) == len(a), "duplicate test ids"

@@ -1,0 +1,166 @@
+"""The known-failure ledger (decode_conformance/ledger.py): parsing, and what each kind of
+entry does to a real run (child pytest processes on one cheap case).
+
+One ledger file drives two runs, on the cpu class and with --gpu-class=sm_90:
+  entry 0  xfail      faulty_nan   (fails)            -> xfailed; the run does not fail for it
+  entry 1  xfail      torch_gather (passes)           -> strict XPASS: the run fails
+  entry 2  quarantine marker_a                        -> never planned nor launched
+  entry 3  quarantine marker_b, gpu_classes=[sm_90]   -> cpu: runs (and fails); sm_90: never planned
+  entry 4  xfail      faulty_raises, gpu_classes=[cpu]-> cpu: xfailed; sm_90: plain failure
+  entry 5  xfail      no_such_kernel                  -> matches nothing: 'ledger warning' line
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from decode_conformance.ledger import Entry, Ledger, default_ledger_paths
+from suites.selftest._subpytest import GOOD, PARITY, ROOT, faulty, run_pytest, small_case_ids
+from suites.selftest.faulty_kernels import MARKER_DIR_ENV
+
+ISSUE = "https://github.com/example/kernels/issues/1"
+VALID = dict(kernel="k", case="c-*", kind="xfail", reason="why", issue=ISSUE)
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _write_ledger(path, entries: list[dict]):
+    text = "".join("[[entry]]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in e.items()) + "\n"
+                   for e in entries)
+    path.write_text(text)
+    return path
+
+
+# ---- parsing ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field,value,expected", [
+    ("kernel", None, "field 'kernel' must be a non-empty string"),
+    ("case", "", "field 'case' must be a non-empty string"),
+    ("kind", None, "field 'kind' must be a non-empty string"),
+    ("kind", "skip", "field 'kind' must be one of"),
+    ("reason", "  ", "field 'reason' must be a non-empty string"),
+    ("issue", None, "field 'issue' must be a non-empty string"),
+    ("issue", "see slack", "field 'issue' must be an issue URL"),
+    ("gpu_classes", "sm_90", "field 'gpu_classes' must be a list"),
+    ("gpu_clases", ["sm_90"], "unknown fields ['gpu_clases']"),
+])
+def test_parse_error_names_the_field(tmp_path, field, value, expected):
+    row = dict(VALID)
+    if value is None:
+        row.pop(field)
+    else:
+        row[field] = value
+    p = _write_ledger(tmp_path / "ledger.toml", [dict(VALID), row])
+    with pytest.raises(ValueError) as e:
+        Ledger.load([p])
+    assert expected in str(e.value)
+    assert f"{p}: entry 1" in str(e.value)  # file and entry index: the adopter can find the row
+
+
+def test_unknown_top_level_key(tmp_path):
+    p = tmp_path / "ledger.toml"
+    p.write_text('[[entries]]\nkernel = "k"\n')
+    with pytest.raises(ValueError, match=r"unknown top-level keys \['entries'\]"):
+        Ledger.load([p])
+
+
+def test_repository_ledger_parses():
+    Ledger.load(default_ledger_paths(ROOT))
+
+
+def test_gpu_class_filter_and_patterns():
+    e = Entry(kernel="fixed_*", case="fi4267-*", kind="xfail", reason="r", issue=ISSUE, gpu_classes=("sm_90",))
+    assert e.matches("fixed_split", "fi4267-bf16-x", "sm_90")
+    assert not e.matches("fixed_split", "fi4267-bf16-x", "sm_80")  # other class
+    assert not e.matches("lean", "fi4267-bf16-x", "sm_90")  # other kernel
+    assert not e.matches("fixed_split", "bf16-fi4267", "sm_90")  # pattern is anchored
+    everywhere = Entry(kernel="*", case="*", kind="quarantine", reason="r", issue=ISSUE)
+    assert everywhere.matches("any", "case", "gfx942")
+    ledger = Ledger([e, everywhere])
+    assert ledger.match("fixed_split", "fi4267-a", "sm_90") is e  # first match wins
+    assert ledger.match("fixed_split", "fi4267-a", "sm_80") is everywhere
+
+
+# ---- what entries do to a run ----------------------------------------------------------
+
+ENTRIES = [
+    dict(kernel="faulty_nan", case="*", kind="xfail", reason="writes NaN", issue=ISSUE),
+    dict(kernel="torch_gather", case="*", kind="xfail", reason="stale entry", issue=ISSUE),
+    dict(kernel="marker_a", case="*", kind="quarantine", reason="crashes the device", issue=ISSUE),
+    dict(kernel="marker_b", case="*", kind="quarantine", reason="crashes on sm_90", issue=ISSUE,
+         gpu_classes=["sm_90"]),
+    dict(kernel="faulty_raises", case="*", kind="xfail", reason="raises on cpu", issue=ISSUE, gpu_classes=["cpu"]),
+    dict(kernel="no_such_kernel", case="*", kind="xfail", reason="renamed kernel", issue=ISSUE),
+]
+KERNELS = [GOOD, faulty("nan"), faulty("raises"), faulty("marker_a"), faulty("marker_b")]
+
+
+@pytest.fixture(scope="module")
+def ledger_runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ledger")
+    ledger = _write_ledger(tmp / "known_failures.toml", ENTRIES)
+    case = small_case_ids(1)[0]
+    runs = {}
+    for gpu_class in ("cpu", "sm_90"):
+        markers = tmp / f"markers-{gpu_class}"
+        markers.mkdir()
+        run = run_pytest(PARITY, "-rA", *[f"--kernel={k}" for k in KERNELS], f"--case-id={case}",
+                         f"--ledger={ledger}", f"--gpu-class={gpu_class}", report=tmp / f"report-{gpu_class}",
+                         env={MARKER_DIR_ENV: str(markers)}, timeout=180)
+        assert run.report is not None, run.out[-3000:]
+        runs[gpu_class] = (run, {r["kernel"]: r for r in run.rows()}, markers)
+    return runs
+
+
+def _warned(out: str) -> list[str]:
+    return re.findall(r"ledger warning: entry matches no case in this run: .*?\((.*?#\d+)\)", out)
+
+
+def test_xfail_entry_turns_a_failure_into_xfail(ledger_runs):
+    run, rows, _ = ledger_runs["cpu"]
+    assert rows["faulty_nan"]["status"] == "xfailed", rows["faulty_nan"]
+    assert "XFAIL" in run.out and "known failure: writes NaN" in run.out
+
+
+def test_unexpected_pass_fails_the_run(ledger_runs):
+    run, rows, _ = ledger_runs["cpu"]
+    assert run.rc == 1, run.out[-2000:]
+    assert "[XPASS(strict)]" in run.out
+    assert re.search(r"FAILED \S+test_parity\[torch_gather\|", run.out)
+    assert rows["torch_gather"]["status"] == "xpassed"  # and the report says so, with a repro line
+    assert rows["torch_gather"]["repro"] and "reproduce: `" + rows["torch_gather"]["repro"] + "`" in run.md
+
+
+def test_quarantine_never_plans_or_launches(ledger_runs):
+    for gpu_class in ("cpu", "sm_90"):
+        run, rows, markers = ledger_runs[gpu_class]
+        assert rows["marker_a"]["status"] == "quarantined", rows["marker_a"]
+        assert rows["marker_a"]["message"].startswith("quarantined, never launched: crashes the device")
+        assert not (markers / "marker_a").exists(), "a quarantined kernel was planned"
+
+
+def test_gpu_classes_filter(ledger_runs):
+    run_cpu, rows_cpu, markers_cpu = ledger_runs["cpu"]
+    run_90, rows_90, markers_90 = ledger_runs["sm_90"]
+    # marker_b is quarantined on sm_90 only: on cpu it runs (the marker proves the harness
+    # would have launched it), on sm_90 it never does.
+    assert (markers_cpu / "marker_b").exists() and rows_cpu["marker_b"]["status"] == "failed"
+    assert not (markers_90 / "marker_b").exists() and rows_90["marker_b"]["status"] == "quarantined"
+    # faulty_raises is an expected failure on cpu only.
+    assert rows_cpu["faulty_raises"]["status"] == "xfailed"
+    assert rows_90["faulty_raises"]["status"] == "failed"
+
+
+def test_entry_matching_nothing_prints_a_warning(ledger_runs):
+    run_cpu, _, _ = ledger_runs["cpu"]
+    run_90, _, _ = ledger_runs["sm_90"]
+    # Entry 5 names no kernel of the run; entry 3 is for sm_90 only and entry 4 for cpu only.
+    assert sorted(w.rsplit("#", 1)[1] for w in _warned(run_cpu.out)) == ["3", "5"], run_cpu.out[-2000:]
+    assert sorted(w.rsplit("#", 1)[1] for w in _warned(run_90.out)) == ["4", "5"], run_90.out[-2000:]

@@ -1,0 +1,36 @@
+"""`pytest --list-kernels`: every kernel with its capabilities, including kernels that fail to
+import or whose library is missing, then exit 0 without running anything."""
+from __future__ import annotations
+
+import re
+
+from decode_conformance.kernel_api import load_kernel
+from suites.selftest._subpytest import GOOD, faulty, run_pytest
+
+MISSING_MODULE = "no_such_package.kernels:thing"
+MISSING_ATTR = "decode_conformance_kernels.registry:no_such_kernel"
+UNAVAILABLE = "decode_conformance_kernels.registry:flashinfer_decode"
+
+
+def test_list_kernels_prints_every_kernel_and_exits_0():
+    specs = [GOOD, faulty("nan"), MISSING_MODULE, MISSING_ATTR, UNAVAILABLE]
+    run = run_pytest("--list-kernels", *[f"--kernel={s}" for s in specs], timeout=120)
+    assert run.rc == 0, run.out[-2000:]
+    out = run.out
+    for name, spec in (("torch_gather", GOOD), ("faulty_nan", faulty("nan")),
+                       ("flashinfer_decode", UNAVAILABLE)):
+        k = load_kernel(spec)
+        # name, spec, then the capability line
+        assert re.search(rf"^{re.escape(name)}\s+{re.escape(spec)}\n\s+{re.escape(k.caps.describe())}$", out, re.M), out
+    assert re.search(rf"^{re.escape(MISSING_MODULE)}\n\s+NOT LOADED: .*cannot import no_such_package", out, re.M), out
+    assert re.search(rf"^{re.escape(MISSING_ATTR)}\n\s+NOT LOADED: .*no attribute 'no_such_kernel'", out, re.M), out
+    assert "test session starts" not in out and "collected" not in out  # nothing ran
+
+
+def test_list_kernels_default_set():
+    """Without --kernel: the shipped kernels, whatever state each is in, and exit 0."""
+    from decode_conformance.kernel_api import SHIPPED
+    run = run_pytest("--list-kernels", timeout=120)
+    assert run.rc == 0, run.out[-2000:]
+    for spec in SHIPPED:
+        assert spec in run.out, f"{spec} not listed"
