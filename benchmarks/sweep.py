@@ -77,13 +77,16 @@ def _sdpa_dense(batch):
     return launch, out
 
 
-def split_sweep(reps, tbs, quick=False):
+def split_sweep(reps, tbs, quick=False, deadline=float("inf")):
     rows = []
     cells = [(s, b, c) for s in SPLIT_SHAPES for b in SPLIT_BATCHES for c in SPLIT_CTX]
     cells += [(MLA, b, c) for b in MLA_BATCHES for c in SPLIT_CTX]
     if quick:
         cells = cells[::7]
     for shape, bsz, ctx in cells:
+        if time.time() > deadline:
+            print(f"deadline reached: {len(rows)} of {len(cells)} cells measured", flush=True)
+            break
         case = _case(shape, [ctx] * bsz)
         row = {"shape": "/".join(map(str, shape)), "batch": bsz, "ctx": ctx}
         mla = len(shape) == 4
@@ -112,13 +115,18 @@ def _ragged_lens(bsz, ctx, ratio, seed):
     return torch.randint(lo, ctx + 1, (bsz,), generator=g).tolist() if ratio < 1.0 else [ctx] * bsz
 
 
-def lean_sweep(reps, tbs, quick=False):
+def lean_sweep(reps, tbs, quick=False, deadline=float("inf")):
     rows = []
     shapes = LEAN_SHAPES + [MLA]
     cells = [(s, b, c, r) for s in shapes for b in LEAN_BATCHES for c in LEAN_CTX for r in LEAN_RATIOS]
+    # the target cells (ragged, batch >= 16) first, so a deadline cuts the least important
+    cells.sort(key=lambda x: (not (x[1] >= 16 and x[3] < 1.0), x[0] == MLA))
     if quick:
         cells = cells[::9]
     for shape, bsz, ctx, ratio in cells:
+        if time.time() > deadline:
+            print(f"deadline reached: {len(rows)} of {len(cells)} cells measured", flush=True)
+            break
         lens = _ragged_lens(bsz, ctx, ratio, seed=1000 * bsz + ctx % 997 + int(ratio * 10))
         case = _case(shape, lens)
         row = {"shape": "/".join(map(str, shape)), "batch": bsz, "ctx": ctx, "ratio": ratio,
@@ -173,6 +181,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "results"))
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--max-seconds", type=float, default=float("inf"),
+                    help="stop starting new cells after this long; what was measured is written")
     args = ap.parse_args()
     import triton
     tbs = timing.copy_bandwidth_tbs()
@@ -182,7 +192,9 @@ def main():
             "command": " ".join(sys.argv)}
     print(json.dumps(meta), flush=True)
     t0 = time.time()
-    rows = split_sweep(args.reps, tbs, args.quick) if args.sweep == "split" else lean_sweep(args.reps, tbs, args.quick)
+    deadline = t0 + args.max_seconds
+    sweep = split_sweep if args.sweep == "split" else lean_sweep
+    rows = sweep(args.reps, tbs, args.quick, deadline)
     meta["seconds"] = time.time() - t0
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,277 @@
+"""Adaptive split-K decode attention: chunk count from the request length and the SM count
+(the seed design; the rule itself is in `split_rule`).
+
+Stage 1, grid (B, KV-head tiles, grid_splits): the host sizes the split axis for the most
+chunks a request can take at this batch (`split_rule.grid_splits`). Each program reads its
+request's current length from kv_indptr, computes the request's chunk count and its chunk's
+[start, end) with `chunk_count_device` / `chunk_bounds_device` (mirrors of the pure-python
+rule), and does nothing when its chunk is past the end: no host sync, so one captured CUDA
+graph serves every length.
+Stage 2, grid (B, Hq): recomputes the count and merges SPLIT_TILE chunks per step (the launch's
+chunk cap rounded up to a power of two, <= 64 chunks and <= 8192 fp32 elements).
+
+Usable outside the suite through `decode_attention_adaptive(...)`; adapter `AdaptiveSplitKernel`.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from decode_conformance.kernel_api import Capabilities
+
+from . import split_rule
+from . import triton_common as tc
+
+
+@triton.jit
+def chunk_count_device(length, cap, MIN_CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+    """Mirror of split_rule.chunk_count_for_cap: min(max(1, L // MIN_CHUNK), cap, ceil(L / BLOCK));
+    0 when length is 0. int32: lengths up to 2**31 - 1 - BLOCK."""
+    nblocks = (length + BLOCK - 1) // BLOCK
+    n = tl.maximum(length // MIN_CHUNK, 1)
+    n = tl.minimum(n, cap)
+    return tl.minimum(n, nblocks)
+
+
+@triton.jit
+def chunk_bounds_device(i, n, length, BLOCK: tl.constexpr):
+    """Mirror of split_rule.chunk_bounds (int64: i * nblocks cannot overflow). Needs n >= 1."""
+    nblocks = ((length + BLOCK - 1) // BLOCK).to(tl.int64)
+    i64 = i.to(tl.int64)
+    start = (i64 * nblocks // n) * BLOCK
+    end = ((i64 + 1) * nblocks // n) * BLOCK
+    return tl.minimum(start, length).to(tl.int32), tl.minimum(end, length).to(tl.int32)
+
+
+@triton.jit
+def _split_rule_probe(lengths, caps, counts, starts, ends, MIN_CHUNK: tl.constexpr, BLOCK: tl.constexpr,
+                      MAX_CHUNKS: tl.constexpr):
+    """Writes the device formula's count and chunk bounds for lengths[i] under caps[i]
+    (row i of starts/ends holds MAX_CHUNKS entries; those >= count are left alone)."""
+    i = tl.program_id(0)
+    length = tl.load(lengths + i)
+    n = chunk_count_device(length, tl.load(caps + i), MIN_CHUNK, BLOCK)
+    tl.store(counts + i, n)
+    c = tl.arange(0, MAX_CHUNKS)
+    c0, c1 = chunk_bounds_device(c, tl.maximum(n, 1), length, BLOCK)
+    row = i.to(tl.int64) * MAX_CHUNKS + c
+    tl.store(starts + row, c0, mask=c < n)
+    tl.store(ends + row, c1, mask=c < n)
+
+
+def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, block: int = split_rule.KEY_BLOCK):
+    """Run the device formula for every (length, cap) pair: (counts [N], starts [N, M], ends [N, M])
+    with M = next power of two >= max(caps); entries past a row's count are -1. For tests that
+    hold the host and device formulas together."""
+    device = lengths.device
+    lengths = lengths.to(torch.int32).contiguous()
+    caps = caps.to(device=device, dtype=torch.int32).contiguous()
+    n = lengths.numel()
+    m = tc.next_pow2(max(2, int(caps.max()) if n else 2))
+    counts = torch.full((n,), -1, dtype=torch.int32, device=device)
+    starts = torch.full((n, m), -1, dtype=torch.int32, device=device)
+    ends = torch.full((n, m), -1, dtype=torch.int32, device=device)
+    if n:
+        _split_rule_probe[(n,)](lengths, caps, counts, starts, ends, MIN_CHUNK=int(min_chunk), BLOCK=int(block),
+                                MAX_CHUNKS=m)
+    return counts, starts, ends
+
+
+@triton.jit
+def _adaptive_stage1(
+    Q, stride_qb, stride_qh, stride_qd,
+    K, stride_kp, stride_kt, stride_kh, stride_kd,
+    V, stride_vp, stride_vt, stride_vh, stride_vd,
+    page_size, kv_indptr, kv_indices,
+    Part, stride_pb, stride_ph, stride_ps,
+    PartLse, stride_lb, stride_lh,
+    group, heads_per_tile, tiles_per_kv,
+    qk_scale, softcap, visible, cap,
+    D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
+    SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
+    MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr,
+):
+    b = tl.program_id(0)
+    tile = tl.program_id(1)
+    chunk = tl.program_id(2)
+    lo = tl.load(kv_indptr + b)
+    L = tl.load(kv_indptr + b + 1) - lo
+    vis_start = tl.maximum(L - visible, 0)
+    L_vis = L - vis_start
+    n = chunk_count_device(L_vis, cap, MIN_CHUNK, CHUNK_BLOCK)
+    if chunk < n:
+        c0, c1 = chunk_bounds_device(chunk, n, L_vis, CHUNK_BLOCK)
+        tc.stage1_store(
+            b, tile, chunk, vis_start + c0, vis_start + c1,
+            Q, stride_qb, stride_qh, stride_qd,
+            K, stride_kp, stride_kt, stride_kh, stride_kd,
+            V, stride_vp, stride_vt, stride_vh, stride_vd,
+            page_size, kv_indices + lo.to(tl.int64),
+            Part, stride_pb, stride_ph, stride_ps,
+            PartLse, stride_lb, stride_lh,
+            group, heads_per_tile, tiles_per_kv, qk_scale, softcap,
+            D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS)
+
+
+@triton.jit
+def _adaptive_stage2(
+    kv_indptr, visible, cap,
+    Part, stride_pb, stride_ph, stride_ps,
+    PartLse, stride_lb, stride_lh,
+    Out, stride_ob, stride_oh, stride_od,
+    Lse, stride_lseb, stride_lseh,
+    Sinks, v_scale,
+    DV: tl.constexpr, SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr,
+    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr,
+    MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr,
+):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    L = tl.load(kv_indptr + b + 1) - tl.load(kv_indptr + b)
+    L_vis = L - tl.maximum(L - visible, 0)
+    n = chunk_count_device(L_vis, cap, MIN_CHUNK, CHUNK_BLOCK)
+    tc.stage2_row(b, h, n,
+                  Part, stride_pb, stride_ph, stride_ps,
+                  PartLse, stride_lb, stride_lh,
+                  Out, stride_ob, stride_oh, stride_od,
+                  Lse, stride_lseb, stride_lseh,
+                  Sinks, v_scale, DV, SPLIT_TILE, BLOCK_DV, HAS_SINKS, STORE_LSE)
+
+
+def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None, num_sms: Optional[int] = None,
+                max_splits: Optional[int] = None) -> int:
+    """The stage-1 grid's split axis (= the chunk cap passed to the kernel)."""
+    tiles = tc.head_tiling(num_q_heads, num_kv_heads)["kv_head_tiles"]
+    sms = num_sms if num_sms is not None else split_rule.num_sms(device)
+    return split_rule.grid_splits(batch, tiles, sms, max_splits or split_rule.MAX_SPLITS)
+
+
+def workspace_shapes(batch: int, num_q_heads: int, v_head_dim: int, splits: int):
+    """(partials [B, Hq, splits, Dv], partial lse [B, Hq, splits]), fp32; splits = plan_splits(...)."""
+    return (batch, num_q_heads, splits, v_head_dim), (batch, num_q_heads, splits)
+
+
+def decode_attention_adaptive(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    kv_indptr: torch.Tensor, kv_indices: torch.Tensor, out: torch.Tensor, *,
+    sm_scale: float, lse: Optional[torch.Tensor] = None,
+    k_scale: float = 1.0, v_scale: float = 1.0, softcap: float = 0.0,
+    sinks: Optional[torch.Tensor] = None, window: Optional[int] = None,
+    splits: Optional[int] = None, max_splits: Optional[int] = None, num_sms: Optional[int] = None,
+    min_chunk: int = split_rule.MIN_CHUNK,
+    partials: Optional[torch.Tensor] = None, partial_lse: Optional[torch.Tensor] = None,
+    block_n: Optional[int] = None, num_warps: Optional[int] = None, num_stages: Optional[int] = None,
+) -> None:
+    """Adaptive split-K decode attention; same tensors as `fixed_split.decode_attention_fixed`.
+
+    splits: the grid's split axis and chunk cap; default `plan_splits(B, Hq, Hkv, num_sms=...,
+    max_splits=...)`. Keep it (and the scratch) fixed across calls of one CUDA graph: the chunk
+    counts follow the lengths on the device. min_chunk: smallest chunk of the length rule.
+    """
+    B, Hq, Hkv, Dk, Dv = tc.check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks)
+    if splits is None:
+        splits = plan_splits(B, Hq, Hkv, device=q.device, num_sms=num_sms, max_splits=max_splits)
+    S = int(splits)
+    if S < 1 or min_chunk < 1:
+        raise ValueError(f"splits={splits} and min_chunk={min_chunk} must be >= 1")
+    p_shape, l_shape = workspace_shapes(B, Hq, Dv, S)
+    if partials is None:
+        partials = torch.empty(p_shape, dtype=torch.float32, device=q.device)
+    if partial_lse is None:
+        partial_lse = torch.empty(l_shape, dtype=torch.float32, device=q.device)
+    if tuple(partials.shape) != p_shape or tuple(partial_lse.shape) != l_shape:
+        raise ValueError(f"partials {tuple(partials.shape)} / partial_lse {tuple(partial_lse.shape)}: "
+                         f"expected {p_shape} / {l_shape}")
+    if partials.stride(-1) != 1 or partial_lse.stride(-1) != 1:
+        raise ValueError("partials and partial_lse need a unit last stride")
+    tiling = tc.head_tiling(Hq, Hkv)
+    dims = tc.head_dims(Dk, Dv)
+    kpage, kp, kt, kh, kd = tc.cache_addressing(k_cache)
+    vpage, vp, vt, vh, vd = tc.cache_addressing(v_cache)
+    if kpage != vpage:
+        raise ValueError("k_cache and v_cache must share a page size")
+    share_kv = tc.shares_kv(k_cache, v_cache, dims)
+    k_arg, e4m3_bits = tc.kv_operand(k_cache)
+    v_arg, _ = tc.kv_operand(v_cache)
+    cfg = tc.kernel_config(q.device, Dk, Dv, share_kv)
+    default_block_n = cfg.pop("block_n")
+    block_n = block_n or default_block_n
+    if num_warps:
+        cfg["num_warps"] = num_warps
+    if num_stages:
+        cfg["num_stages"] = num_stages
+    visible = tc.visible_arg(window)
+    _adaptive_stage1[(B, tiling["kv_head_tiles"], S)](
+        q, q.stride(0), q.stride(1), q.stride(2),
+        k_arg, kp, kt, kh, kd,
+        v_arg, vp, vt, vh, vd,
+        kpage, kv_indptr, kv_indices,
+        partials, partials.stride(0), partials.stride(1), partials.stride(2),
+        partial_lse, partial_lse.stride(0), partial_lse.stride(1),
+        tiling["group"], tiling["heads_per_tile"], tiling["tiles_per_kv"],
+        float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, visible, S,
+        BLOCK_H=tiling["BLOCK_H"], BLOCK_N=block_n, SOFTCAP=bool(softcap),
+        SHARE_KV=share_kv, E4M3_BITS=e4m3_bits,
+        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, **dims, **cfg)
+    tile = tc.split_tile(S, dims["BLOCK_DV"])
+    lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
+    _adaptive_stage2[(B, Hq)](
+        kv_indptr, visible, S,
+        partials, partials.stride(0), partials.stride(1), partials.stride(2),
+        partial_lse, partial_lse.stride(0), partial_lse.stride(1),
+        out, out.stride(0), out.stride(1), out.stride(2),
+        lse_t, lse_t.stride(0), lse_t.stride(1),
+        sinks if sinks is not None else partial_lse, float(v_scale),
+        DV=Dv, SPLIT_TILE=tile, BLOCK_DV=dims["BLOCK_DV"],
+        HAS_SINKS=sinks is not None, STORE_LSE=lse is not None,
+        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n,
+        num_warps=4 if tile * dims["BLOCK_DV"] <= 4096 else 8, num_stages=1)
+
+
+CAPS = Capabilities(
+    kv_dtypes=frozenset({"bf16", "fp16", "e4m3", "e5m2"}),
+    layouts=frozenset({"contig", "paged"}),
+    page_sizes=None,
+    window_convention="counts-current",
+    mla=True, softcap=True, sinks=True, lse=True,
+    num_splits=True, cuda_graph_safe=True, deterministic=True,
+)
+
+
+class AdaptiveSplitKernel:
+    """Adapter for the suite. The grid's split axis is `split_rule.grid_splits` for the batch's
+    size, head tiling and the device's SM count; Case.num_splits, when set, caps it."""
+
+    name = "adaptive_split"
+    caps = CAPS
+
+    def __init__(self, num_sms: Optional[int] = None, max_splits: int = split_rule.MAX_SPLITS,
+                 min_chunk: int = split_rule.MIN_CHUNK, block_n: Optional[int] = None):
+        self.num_sms = num_sms
+        self.max_splits = max_splits
+        self.min_chunk = min_chunk
+        self.block_n = block_n
+
+    def plan(self, batch):
+        case = batch.case
+        cap = case.num_splits or self.max_splits
+        S = plan_splits(case.batch, case.num_q_heads, case.num_kv_heads, device=batch.device,
+                        num_sms=self.num_sms, max_splits=cap)
+        p_shape, l_shape = workspace_shapes(case.batch, case.num_q_heads, case.v_head_dim, S)
+        partials = batch.workspace.alloc("adaptive_split.partials", p_shape, torch.float32)
+        partial_lse = batch.workspace.alloc("adaptive_split.partial_lse", l_shape, torch.float32)
+        sinks = batch.sinks.to(device=batch.device, dtype=torch.float32).contiguous() if batch.sinks is not None else None
+        kw = dict(sm_scale=batch.sm_scale, lse=batch.lse, k_scale=batch.k_scale, v_scale=batch.v_scale,
+                  softcap=batch.softcap, sinks=sinks, window=batch.window, splits=S,
+                  min_chunk=self.min_chunk, partials=partials, partial_lse=partial_lse, block_n=self.block_n)
+        args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
+
+        def launch():
+            decode_attention_adaptive(*args, **kw)
+
+        return launch

@@ -1,0 +1,440 @@
+"""Lean (work-centric, persistent) decode attention: one fixed grid, work split on device.
+
+After sglang #33576 ("[AMD] Add Work-Centric (Lean) Attention", the seed): a fixed number
+of programs (device SM/CU count x multiplier) walks one global list of key tiles; long
+requests are split across programs, short ones finish inside one program. The schedule is
+derived on the device from ``kv_indptr`` (a one-program pre-pass writes per-request tile
+offsets), so a launch needs no host sync, can be captured in a CUDA graph, and adapts to
+the real lengths at replay.
+
+Work list. A *segment* is one (request b, head tile t) pair; it owns
+``n_b = ceil(visible_b / BLOCK_N)`` key tiles. Segments are laid out request-major, head
+tile next, key tile innermost: segment (b, t) occupies global tiles
+``[HT * off[b] + t * n_b, HT * off[b] + (t + 1) * n_b)`` with ``off`` the prefix sum of
+``n_b`` and ``HT`` the head tiles per request. Program p owns global tiles
+``[p * T // P', (p + 1) * T // P')`` (``T = HT * off[B]``, ``P' = min(P, T)``), a
+contiguous slice of at least one tile; it walks the segments of that slice and runs an
+online softmax over each.
+
+Combine (deterministic, interpreter-safe). Only a program's first and last segment can be
+cut by a slice boundary, so each program needs two scratch slots: slot 0 for the segment
+containing its slice start, slot 1 for a segment that runs past its slice end. A segment
+whose tiles all lie in one program is finished there and written straight to ``out``.
+Otherwise every contributor stores its partial (acc, m, l) in its slot, takes a ticket
+with an acq_rel atomic on the segment's counter, and the program that draws the last
+ticket merges the partials of programs ``p_first .. p_last`` in that fixed order
+(never arrival order), writes ``out`` and ``lse``, and resets the counter to 0 for the
+next launch or graph replay. Nobody waits on anybody: no spinning, so the Triton
+interpreter (which runs programs one after another) cannot deadlock, and the result is
+bitwise identical from run to run for a given grid size.
+
+Not implemented (``caps`` say so; ``dispatch`` routes such calls to split-K): soft-cap,
+attention sinks, a forced split count.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from decode_conformance.kernel_api import Capabilities
+
+GRID_MULT_ENV = "DECODE_CONFORMANCE_LEAN_GRID_MULT"
+BLOCK_N_ENV = "DECODE_CONFORMANCE_LEAN_BLOCK_N"
+CPU_PROGRAMS = 8  # small, so CPU tests split requests across programs
+BLOCK_H = 16  # query-head rows per tile (tl.dot needs M >= 16); a tile never straddles KV heads
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453  # (the kernel inlines it)
+
+__all__ = [
+    "LeanKernel", "lean", "lean_decode", "plan_lean", "num_programs", "default_grid_mult",
+    "launch_defaults", "head_tile_shape",
+    "lean_tile_offsets_kernel", "lean_decode_kernel",
+]
+
+
+# ----------------------------------------------------------------------------------------
+# Device code
+# ----------------------------------------------------------------------------------------
+@triton.jit
+def lean_tile_offsets_kernel(kv_indptr, tile_off, B, window, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program: tile_off[0] = 0, tile_off[b + 1] = sum_{b' <= b} ceil(visible_b' / BLOCK_N)."""
+    offs = tl.arange(0, BLOCK_B)
+    tl.store(tile_off + offs, tl.zeros([BLOCK_B], tl.int32), mask=offs < 1)
+    carry = tl.sum(tl.zeros([BLOCK_B], tl.int32), 0)
+    for b0 in range(0, B, BLOCK_B):
+        idx = b0 + offs
+        m = idx < B
+        lo = tl.load(kv_indptr + idx, mask=m, other=0)
+        hi = tl.load(kv_indptr + idx + 1, mask=m, other=0)
+        length = hi - lo
+        vis = tl.where(window > 0, tl.minimum(length, window), length)
+        n = (vis + (BLOCK_N - 1)) // BLOCK_N
+        tl.store(tile_off + 1 + idx, tl.cumsum(n, 0) + carry, mask=m)
+        carry += tl.sum(n, 0)
+
+
+@triton.jit
+def _lean_store_final(O, LSE, b, heads, hmask, offs_dv, acc, m_i, l_i, v_scale,
+                      stride_ob, stride_oh, stride_lb, stride_lh, DV: tl.constexpr):
+    out = acc / l_i[:, None] * v_scale
+    o_ptr = O + b * stride_ob + heads[:, None] * stride_oh + offs_dv[None, :]
+    tl.store(o_ptr, out.to(O.dtype.element_ty), mask=hmask[:, None] & (offs_dv[None, :] < DV))
+    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453
+    tl.store(LSE + b * stride_lb + heads * stride_lh, lse, mask=hmask)
+
+
+@triton.jit
+def lean_decode_kernel(
+    Q, K, V, O, LSE,
+    kv_indptr, kv_indices, tile_off,
+    PO, PM, PL, counters,
+    B, window, qk_scale, v_scale,
+    stride_qb, stride_qh,
+    stride_kp, stride_ks, stride_kh, stride_kd,
+    stride_vp, stride_vs, stride_vh, stride_vd,
+    stride_ob, stride_oh, stride_lb, stride_lh,
+    NUM_KV_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,  # query heads per KV head
+    HPT: tl.constexpr,  # query heads per head tile = min(BLOCK_H, GROUP)
+    TILES_PER_KV: tl.constexpr,  # head tiles per KV head = ceil(GROUP / HPT)
+    D1: tl.constexpr,  # K columns [0, D1) (MLA: the latent part, = Dv)
+    DPE: tl.constexpr,  # K columns [D1, D1 + DPE) (MLA: the rope part), 0 if none
+    DV: tl.constexpr,
+    BLOCK_D1: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    V_FROM_K: tl.constexpr,  # V is K's first DV columns (MLA): reuse the loaded K tile
+):
+    HT: tl.constexpr = NUM_KV_HEADS * TILES_PER_KV
+    NUM_Q_HEADS: tl.constexpr = NUM_KV_HEADS * GROUP
+    pid = tl.program_id(0)
+    P = tl.num_programs(0)
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D1)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    dmask = offs_d < D1
+    dvmask = offs_dv < DV
+
+    # Requests with no key: out = 0 exactly, lse = -inf (CUDA-graph padding rows).
+    for bb in range(pid, B, P):
+        empty = (tl.load(kv_indptr + bb + 1) - tl.load(kv_indptr + bb)) == 0
+        head_limit = tl.where(empty, NUM_Q_HEADS, 0)  # no rows to write unless the request is empty
+        for h0 in range(0, NUM_Q_HEADS, BLOCK_H):
+            hh = h0 + offs_h
+            hm = hh < head_limit
+            tl.store(O + bb * stride_ob + hh[:, None] * stride_oh + offs_dv[None, :],
+                     tl.zeros([BLOCK_H, BLOCK_DV], O.dtype.element_ty), mask=hm[:, None] & dvmask[None, :])
+            tl.store(LSE + bb * stride_lb + hh * stride_lh,
+                     tl.full([BLOCK_H], float("-inf"), tl.float32), mask=hm)
+
+    T = tl.load(tile_off + B).to(tl.int64) * HT  # all tiles of all segments
+    # Work programs: min(P, T), so every one of them owns >= 1 tile (the combine counts
+    # contributors as p_last - p_first + 1); programs past that have an empty slice.
+    PW = tl.maximum(tl.minimum(T, P), 1)
+    g_begin = tl.minimum(pid.to(tl.int64) * T // PW, T)
+    g_end = tl.minimum((pid + 1).to(tl.int64) * T // PW, T)
+    g = g_begin
+    while g < g_end:
+        # Segment holding global tile g: request = largest b with HT * off[b] <= g.
+        lo = pid * 0
+        hi = B - 1 + pid * 0
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            ok = tl.load(tile_off + mid).to(tl.int64) * HT <= g
+            lo = tl.where(ok, mid, lo)
+            hi = tl.where(ok, hi, mid - 1)
+        b = lo
+        off_b = tl.load(tile_off + b).to(tl.int64)
+        n_b = tl.load(tile_off + b + 1).to(tl.int64) - off_b
+        local = g - off_b * HT
+        ht = local // n_b
+        seg_s = off_b * HT + ht * n_b
+        seg_e = seg_s + n_b
+        stop = tl.minimum(seg_e, g_end)
+        j0 = (g - seg_s).to(tl.int32)
+        j1 = (stop - seg_s).to(tl.int32)
+
+        kv_lo = tl.load(kv_indptr + b)
+        length = tl.load(kv_indptr + b + 1) - kv_lo
+        start = length - tl.where(window > 0, tl.minimum(length, window), length)
+        kvh = (ht // TILES_PER_KV).to(tl.int32)
+        in_grp = (ht % TILES_PER_KV).to(tl.int32) * HPT + offs_h
+        hmask = (offs_h < HPT) & (in_grp < GROUP)
+        heads = kvh * GROUP + in_grp
+
+        q_ptr = Q + b * stride_qb + heads[:, None] * stride_qh
+        q = tl.load(q_ptr + offs_d[None, :], mask=hmask[:, None] & dmask[None, :], other=0.0)
+        if BLOCK_DPE > 0:
+            offs_pe = tl.arange(0, BLOCK_DPE)
+            pemask = offs_pe < DPE
+            qpe = tl.load(q_ptr + D1 + offs_pe[None, :], mask=hmask[:, None] & pemask[None, :], other=0.0)
+
+        m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_H], tl.float32)
+        acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
+        for j in range(j0, j1):
+            pos = start + j * BLOCK_N + offs_n
+            kmask = pos < length
+            slot = tl.load(kv_indices + kv_lo + pos, mask=kmask, other=0).to(tl.int64)
+            page = slot // PAGE_SIZE
+            tok = slot % PAGE_SIZE
+            k_row = page * stride_kp + tok * stride_ks + kvh * stride_kh
+            # Masked loads (other=0): a NaN in a slot the request does not own is never read.
+            k = tl.load(K + k_row[:, None] + offs_d[None, :] * stride_kd,
+                        mask=kmask[:, None] & dmask[None, :], other=0.0)
+            qk = tl.dot(q, tl.trans(k.to(q.dtype)))
+            if BLOCK_DPE > 0:
+                kpe = tl.load(K + k_row[:, None] + (D1 + offs_pe[None, :]) * stride_kd,
+                              mask=kmask[:, None] & pemask[None, :], other=0.0)
+                qk += tl.dot(qpe, tl.trans(kpe.to(qpe.dtype)))
+            qk = tl.where(kmask[None, :], qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            if V_FROM_K:
+                v = k
+            else:
+                v_row = page * stride_vp + tok * stride_vs + kvh * stride_vh
+                v = tl.load(V + v_row[:, None] + offs_dv[None, :] * stride_vd,
+                            mask=kmask[:, None] & dvmask[None, :], other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+            m_i = m_new
+
+        # Programs holding tiles seg_s and seg_e - 1 (owner of tile x: ((x + 1) * PW - 1) // T).
+        p_first = ((seg_s + 1) * PW - 1) // T
+        p_last = (seg_e * PW - 1) // T
+        if p_first == p_last:
+            _lean_store_final(O, LSE, b, heads, hmask, offs_dv, acc, m_i, l_i, v_scale,
+                              stride_ob, stride_oh, stride_lb, stride_lh, DV)
+        else:
+            # Slot 0: the segment holding this program's first tile; slot 1: one running past its end.
+            slot_id = pid * 2 + tl.where(seg_s <= g_begin, 0, 1)
+            tl.store(PO + (slot_id * BLOCK_H + offs_h[:, None]) * BLOCK_DV + offs_dv[None, :], acc)
+            tl.store(PM + slot_id * BLOCK_H + offs_h, m_i)
+            tl.store(PL + slot_id * BLOCK_H + offs_h, l_i)
+            tl.debug_barrier()  # every thread's partial is written before the ticket (release)
+            cnt_ptr = counters + b * HT + ht
+            ticket = tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
+            tl.debug_barrier()
+            if ticket == (p_last - p_first).to(tl.int32):
+                # Last to arrive: merge every contributor in program order (not arrival order).
+                m_t = tl.full([BLOCK_H], float("-inf"), tl.float32)
+                l_t = tl.zeros([BLOCK_H], tl.float32)
+                acc_t = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
+                for pp in range(p_first.to(tl.int32), p_last.to(tl.int32) + 1):
+                    src = pp * 2 + tl.where(seg_s <= (pp * T) // PW, 0, 1)
+                    acc_p = tl.load(PO + (src * BLOCK_H + offs_h[:, None]) * BLOCK_DV + offs_dv[None, :],
+                                    cache_modifier=".cg")
+                    m_p = tl.load(PM + src * BLOCK_H + offs_h, cache_modifier=".cg")
+                    l_p = tl.load(PL + src * BLOCK_H + offs_h, cache_modifier=".cg")
+                    m_n = tl.maximum(m_t, m_p)
+                    a_t = tl.exp2(m_t - m_n)
+                    a_p = tl.exp2(m_p - m_n)
+                    l_t = l_t * a_t + l_p * a_p
+                    acc_t = acc_t * a_t[:, None] + acc_p * a_p[:, None]
+                    m_t = m_n
+                _lean_store_final(O, LSE, b, heads, hmask, offs_dv, acc_t, m_t, l_t, v_scale,
+                                  stride_ob, stride_oh, stride_lb, stride_lh, DV)
+                tl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")  # ready for the next launch / replay
+        g = stop
+
+
+# ----------------------------------------------------------------------------------------
+# Host side
+# ----------------------------------------------------------------------------------------
+def head_tile_shape(num_q_heads: int, num_kv_heads: int) -> tuple[int, int, int]:
+    """(group, heads per tile, tiles per KV head). heads per tile = min(16, group), as the seed."""
+    if num_q_heads % num_kv_heads:
+        raise ValueError(f"num_q_heads={num_q_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+    group = num_q_heads // num_kv_heads
+    hpt = min(BLOCK_H, group)
+    return group, hpt, -(-group // hpt)
+
+
+def _is_hip() -> bool:
+    return getattr(torch.version, "hip", None) is not None
+
+
+def default_grid_mult(device) -> float:
+    """Programs per SM/CU when DECODE_CONFORMANCE_LEAN_GRID_MULT is unset. ROCm: 1.0 (the
+    seed: one CTA per CU beat 2x on MI300X and MI355X). NVIDIA: 2.0, from an H200 run (triton
+    3.6, CUDA-graph replay, 1x / 2x / 4x SMs): 2x was fastest at 9 of 10 shapes, e.g. B1 x 128K
+    GQA 32/8: 213 / 155 / 210 us, B32 x 8K: 405 / 279 / 287 us, MLA B16 x 16K: 168 / 131 / 177 us;
+    the exception, B2 x 64K with 8 query heads (one head tile): 65 / 84 / 143 us."""
+    if torch.device(device).type != "cuda" or _is_hip():
+        return 1.0
+    return 2.0
+
+
+def num_programs(device) -> int:
+    """Persistent grid size: SM/CU count x DECODE_CONFORMANCE_LEAN_GRID_MULT (default
+    `default_grid_mult`); on CPU (interpreter) a small fixed count, so that requests are split
+    across programs."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        units = CPU_PROGRAMS
+        mult = float(os.environ.get(GRID_MULT_ENV, "1.0"))
+    else:
+        units = torch.cuda.get_device_properties(device).multi_processor_count
+        mult = float(os.environ.get(GRID_MULT_ENV, "") or default_grid_mult(device))
+    return max(1, int(round(units * mult)))
+
+
+def launch_defaults(device, block_d1: int) -> dict:
+    """BLOCK_N / num_warps / num_stages. NVIDIA values from an H200 sweep (BLOCK_N 32-128,
+    4/8 warps, 1-3 stages, grid 1-4x SMs): D <= 128 -> 128 keys, 4 warps, 2 stages; MLA
+    (512 + 64) -> 64 keys, 4 warps, 2 stages. ROCm: not measured here; conservative tiles
+    (64 / 32 keys). CPU: BLOCK_N 64 (the interpreter costs ~3 ms per program x key block)."""
+    env = os.environ.get(BLOCK_N_ENV)
+    device = torch.device(device)
+    if device.type != "cuda":
+        cfg = dict(block_n=64, num_warps=4, num_stages=2)
+    elif _is_hip():
+        cfg = dict(block_n=64 if block_d1 <= 128 else 32, num_warps=4 if block_d1 <= 128 else 8, num_stages=2)
+    else:
+        cfg = dict(block_n=128 if block_d1 <= 128 else 64, num_warps=4, num_stages=2)
+    if env:
+        cfg["block_n"] = int(env)
+    return cfg
+
+
+def _pow2(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))
+
+
+def _kv_strides(cache: torch.Tensor, page_size: int):
+    """(page, token-in-page, head, dim) strides of a [pages, page_size, H, D] or [slots, H, D] cache."""
+    if cache.dim() == 4:
+        if cache.shape[1] != page_size:
+            raise ValueError(f"cache page dim {cache.shape[1]} != page_size {page_size}")
+        return cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3)
+    if cache.dim() == 3:
+        if page_size != 1:
+            raise ValueError("a 3-D [slots, H, D] cache needs page_size 1")
+        return cache.stride(0), 0, cache.stride(1), cache.stride(2)
+    raise ValueError(f"KV cache must be 3-D or 4-D, got shape {tuple(cache.shape)}")
+
+
+def _torch_allocator(device) -> Callable:
+    def alloc(name, shape, dtype, fill=None):
+        if fill is None:
+            return torch.empty(shape, dtype=dtype, device=device)
+        return torch.full(shape, fill, dtype=dtype, device=device)
+    return alloc
+
+
+def plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, *, sm_scale: float,
+              k_scale: float = 1.0, v_scale: float = 1.0, window: Optional[int] = None,
+              page_size: Optional[int] = None, alloc: Optional[Callable] = None,
+              programs: Optional[int] = None, block_n: Optional[int] = None,
+              num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> Callable[[], None]:
+    """Host work for one batch shape; returns a no-argument launch (no host sync inside).
+
+    q [B, Hq, Dk]; k_cache [pages, page_size, Hkv, Dk] (or [slots, Hkv, Dk]); v_cache likewise
+    with Dv (may be a strided view of k_cache, MLA); kv_indptr int32 [B+1]; kv_indices int32
+    flat slot ids; out [B, Hq, Dv]; lse fp32 [B, Hq] (natural log). window = visible keys,
+    current one included (None = all). alloc(name, shape, dtype, fill) supplies scratch
+    (counters need fill 0); default torch. The launch may be captured in a CUDA graph and
+    replayed with new kv_indptr/kv_indices contents (same B).
+    """
+    B, Hq, Dk = q.shape
+    if page_size is None:
+        page_size = k_cache.shape[1] if k_cache.dim() == 4 else 1
+    Hkv = k_cache.shape[-2]
+    Dv = v_cache.shape[-1]
+    if out.shape != (B, Hq, Dv):
+        raise ValueError(f"out shape {tuple(out.shape)} != {(B, Hq, Dv)}")
+    if q.stride(2) != 1 or out.stride(2) != 1:
+        raise ValueError("q and out need a unit stride in the head dim")
+    group, hpt, tiles_per_kv = head_tile_shape(Hq, Hkv)
+    ht = Hkv * tiles_per_kv
+    d1 = min(Dk, Dv)
+    dpe = Dk - d1
+    ksp, kss, ksh, ksd = _kv_strides(k_cache, page_size)
+    vsp, vss, vsh, vsd = _kv_strides(v_cache, page_size)
+    BLOCK_D1, BLOCK_DV = _pow2(d1), _pow2(Dv)
+    BLOCK_DPE = _pow2(dpe) if dpe else 0
+    v_from_k = (v_cache.data_ptr() == k_cache.data_ptr() and (vsp, vss, vsh, vsd) == (ksp, kss, ksh, ksd)
+                and d1 == Dv and v_cache.dtype == k_cache.dtype)
+    dev = q.device
+    P = programs or num_programs(dev)
+    cfg = launch_defaults(dev, BLOCK_D1)
+    BLOCK_N = block_n or cfg["block_n"]
+    num_warps = num_warps or cfg["num_warps"]
+    num_stages = num_stages or cfg["num_stages"]
+    if alloc is None:
+        alloc = _torch_allocator(dev)
+    tile_off = alloc("lean.tile_off", (B + 1,), torch.int32, 0)
+    po = alloc("lean.partial_o", (P, 2, BLOCK_H, BLOCK_DV), torch.float32, None)
+    pm = alloc("lean.partial_m", (P, 2, BLOCK_H), torch.float32, None)
+    pl = alloc("lean.partial_l", (P, 2, BLOCK_H), torch.float32, None)
+    counters = alloc("lean.counters", (max(1, B * ht),), torch.int32, 0)
+    win = int(window) if window else 0
+    qk_scale = float(sm_scale) * float(k_scale) * LOG2E
+    vs = float(v_scale)
+    block_b = min(1024, max(16, triton.next_power_of_2(B)))
+
+    def launch():
+        lean_tile_offsets_kernel[(1,)](kv_indptr, tile_off, B, win, BLOCK_B=block_b, BLOCK_N=BLOCK_N)
+        lean_decode_kernel[(P,)](
+            q, k_cache, v_cache, out, lse, kv_indptr, kv_indices, tile_off, po, pm, pl, counters,
+            B, win, qk_scale, vs,
+            q.stride(0), q.stride(1), ksp, kss, ksh, ksd, vsp, vss, vsh, vsd,
+            out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
+            NUM_KV_HEADS=Hkv, GROUP=group, HPT=hpt, TILES_PER_KV=tiles_per_kv,
+            D1=d1, DPE=dpe, DV=Dv, BLOCK_D1=BLOCK_D1, BLOCK_DPE=BLOCK_DPE, BLOCK_DV=BLOCK_DV,
+            BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, PAGE_SIZE=page_size, V_FROM_K=v_from_k,
+            num_warps=num_warps, num_stages=num_stages,
+        )
+
+    return launch
+
+
+def lean_decode(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse=None, **kwargs) -> torch.Tensor:
+    """Plain call outside the suite: plan (scratch from torch) and launch once; returns out.
+    Keyword arguments as plan_lean (sm_scale required)."""
+    if lse is None:
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, **kwargs)()
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# Suite adapter
+# ----------------------------------------------------------------------------------------
+class LeanKernel:
+    name = "lean"
+    caps = Capabilities(
+        kv_dtypes=frozenset({"bf16", "fp16", "e4m3", "e5m2"}),
+        layouts=frozenset({"contig", "paged"}),
+        window_convention="counts-current",
+        mla=True,
+        softcap=False,
+        sinks=False,
+        lse=True,
+        num_splits=False,
+        cuda_graph_safe=True,
+        deterministic=True,
+    )
+
+    def __init__(self, programs: Optional[int] = None, block_n: Optional[int] = None):
+        self.programs = programs
+        self.block_n = block_n
+
+    def plan(self, batch) -> Callable[[], None]:
+        if batch.softcap or batch.sinks is not None:
+            raise NotImplementedError("lean: soft-cap and attention sinks are not implemented (use dispatch)")
+        return plan_lean(
+            batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out, batch.lse,
+            sm_scale=batch.sm_scale, k_scale=batch.k_scale, v_scale=batch.v_scale, window=batch.window,
+            page_size=batch.page_size, alloc=batch.workspace.alloc, programs=self.programs, block_n=self.block_n,
+        )
+
+
+lean = LeanKernel()

@@ -1,0 +1,128 @@
+"""The adaptive split-K chunk rule (pure python: no torch/triton import at module level).
+
+From the seed design (sglang-style two-stage decode, "split triton decode attention by context
+length and sm count"): a request's keys are cut into chunks that run in parallel; the chunk
+count is the smaller of
+  - a length-based count: chunks of at least MIN_CHUNK keys, and
+  - an occupancy count: about PROGRAMS_PER_SM programs per SM over batch x KV-head tiles,
+    capped at MAX_SPLITS;
+and every chunk is a whole number of key blocks. The seed's worked example: on a 132-SM H100,
+Qwen3.6's full-attention shape 16/2/256 (2 KV-head tiles) at batch 1, a 32k request takes
+64 chunks of 512 keys (occupancy 2*132 // 2 = 132, capped at 64; 32768 // 128 = 256 by length).
+
+Under CUDA graphs the grid is fixed at capture, so the host sizes it with `grid_splits` (the
+most chunks a request can take at that batch: the occupancy count, which does not depend on
+any length), and each program recomputes its request's count from the current length on the
+device with the same formula (`adaptive_split.chunk_count_device` mirrors `chunk_count`).
+
+Chunk boundaries: the request's B = ceil(L / block) key blocks are dealt out as evenly as
+possible, chunk i taking blocks [i*B // n, (i+1)*B // n). Every chunk is a whole number of
+blocks (the last one clipped at L), lengths differ by at most one block, and no chunk below
+the count is empty. (A uniform length ceil(L/n) rounded up to the block would leave trailing
+chunks empty and make the count of non-empty chunks fall as L grows: 64 chunks at 32768 keys,
+61 at 32769.)
+"""
+from __future__ import annotations
+
+import os
+
+# The seed: "about 2 programs per SM, at most 64 splits" (its RTX follow-up found 32 enough on
+# consumer cards; the H100 numbers use 64).
+PROGRAMS_PER_SM = 2
+MAX_SPLITS = 64
+# Smallest chunk the length-based count makes (keys). Any value <= 512 reproduces the seed's
+# example; the seed also reports 1k contexts within 1.5% of the fixed 8-split kernel, whose
+# splits there are 128 keys. 128 it is: on an H200 (16/2/256, 1 x 1k) 128-key chunks ran in
+# 15 us against 20 us with 256-key chunks.
+MIN_CHUNK = 128
+# Chunk granularity: the kernel's key block (sglang rounds splits to 32 keys).
+KEY_BLOCK = 32
+# SM count assumed where torch reports no GPU (CPU interpreter runs): an H100/H200's 132, so a
+# CPU run takes the same chunk counts a GPU run would. Override with this environment variable.
+DEFAULT_NUM_SMS = 132
+NUM_SMS_ENV = "DECODE_CONFORMANCE_NUM_SMS"
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def num_sms(device=None, default: int | None = None) -> int:
+    """Streaming multiprocessors of `device` (CUs on ROCm: torch reports them as
+    multi_processor_count). On a CPU device, or without a GPU: $DECODE_CONFORMANCE_NUM_SMS,
+    else `default`, else DEFAULT_NUM_SMS."""
+    env = os.environ.get(NUM_SMS_ENV, "").strip()
+    fallback = int(env) if env else (DEFAULT_NUM_SMS if default is None else int(default))
+    try:
+        import torch
+    except ImportError:
+        return fallback
+    if device is None:
+        if not torch.cuda.is_available():
+            return fallback
+        device = torch.device("cuda", torch.cuda.current_device())
+    device = torch.device(device)
+    if device.type != "cuda":
+        return fallback
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def occupancy_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = MAX_SPLITS,
+                     programs_per_sm: int = PROGRAMS_PER_SM) -> int:
+    """Chunks per request that put about `programs_per_sm` stage-1 programs on every SM,
+    in [1, max_splits]."""
+    if batch < 1 or kv_head_tiles < 1 or num_sms < 1 or max_splits < 1:
+        raise ValueError(f"occupancy_splits: batch={batch}, kv_head_tiles={kv_head_tiles}, "
+                         f"num_sms={num_sms}, max_splits={max_splits} must all be >= 1")
+    return max(1, min(max_splits, (programs_per_sm * num_sms) // (batch * kv_head_tiles)))
+
+
+def grid_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = MAX_SPLITS,
+                programs_per_sm: int = PROGRAMS_PER_SM) -> int:
+    """The most chunks any request can take at this batch: the stage-1 grid's split axis
+    (fixed at CUDA-graph capture, whatever the lengths)."""
+    return occupancy_splits(batch, kv_head_tiles, num_sms, max_splits, programs_per_sm)
+
+
+def chunk_count_for_cap(length: int, cap: int, min_chunk: int = MIN_CHUNK, block: int = KEY_BLOCK) -> int:
+    """Chunks of a request of `length` keys when at most `cap` are allowed (the device formula:
+    `cap` is the grid's split axis). 0 for an empty request."""
+    if length <= 0:
+        return 0
+    by_length = max(1, length // min_chunk)
+    return min(by_length, cap, _cdiv(length, block))
+
+
+def chunk_count(length: int, batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = MAX_SPLITS,
+                min_chunk: int = MIN_CHUNK, block: int = KEY_BLOCK) -> int:
+    """min(length-based count, occupancy count): the chunks a request of `length` visible keys
+    takes at this batch / head tiling / SM count."""
+    cap = grid_splits(batch, kv_head_tiles, num_sms, max_splits)
+    return chunk_count_for_cap(length, cap, min_chunk, block)
+
+
+def chunk_bounds(i: int, n: int, length: int, block: int = KEY_BLOCK) -> tuple[int, int]:
+    """[start, end) of chunk i of n over `length` keys (blocks dealt out evenly)."""
+    nblocks = _cdiv(length, block)
+    return min(length, (i * nblocks // n) * block), min(length, ((i + 1) * nblocks // n) * block)
+
+
+def chunk_ranges_for_cap(length: int, cap: int, min_chunk: int = MIN_CHUNK,
+                         block: int = KEY_BLOCK) -> list[tuple[int, int]]:
+    n = chunk_count_for_cap(length, cap, min_chunk, block)
+    return [chunk_bounds(i, n, length, block) for i in range(n)]
+
+
+def chunk_ranges(length: int, batch: int = 1, kv_head_tiles: int = 1, num_sms: int = DEFAULT_NUM_SMS,
+                 max_splits: int = MAX_SPLITS, min_chunk: int = MIN_CHUNK,
+                 block: int = KEY_BLOCK) -> list[tuple[int, int]]:
+    """The [start, end) key ranges of a request's chunks, in order; [] for an empty request."""
+    cap = grid_splits(batch, kv_head_tiles, num_sms, max_splits)
+    return chunk_ranges_for_cap(length, cap, min_chunk, block)
+
+
+def chunk_length(length: int, n: int, block: int = KEY_BLOCK) -> int:
+    """The longest chunk when `length` keys are cut into n chunks (a multiple of `block`)."""
+    if n <= 0:
+        return 0
+    return _cdiv(_cdiv(length, block), n) * block

@@ -1,0 +1,388 @@
+"""Shared pieces of the split-K decode kernels (fixed_split, adaptive_split).
+
+Device side (@triton.jit, called from the kernels' own stage-1/stage-2 programs):
+  tanh_safe        tanh that cannot overflow (soft-cap with s/cap >> 88)
+  attend_range     online softmax of one (request, KV head, head tile) over keys [start, end)
+  stage1_store     attend_range + store of the normalised partial and its LSE
+  merge_partials   stage 2: merge `count` partials, SPLIT_TILE of them per step
+  stage2_row       merge_partials + sinks + zero-length rows + store of out / lse
+
+Host side (plain python): launch configs, GQA head tiling, cache addressing, fp8 operands.
+
+Numerics: scores, softmax state and accumulators are fp32. fp8 K/V are upcast to the query
+dtype before the dot (never q down to fp8); k_scale is folded into the score scale and
+v_scale multiplies the output in stage 2. p is cast to the (upcast) V dtype for the P@V dot
+as sglang does. Keys outside [start, end) are masked at the load (other=0.0), so NaN in slots
+a request does not own never enters a product, and their scores are set to -inf.
+Slot addresses are int64: page * stride_page + offset * stride_token.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+INT32_MAX = 2**31 - 1
+MIN_DOT = 16  # tl.dot needs every dimension >= 16
+MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score tile)
+STAGE2_TILE_ELEMS = 8192  # the seed: a stage-2 tile holds at most 8192 fp32 elements
+STAGE2_MAX_TILE = 64  # ... and at most 64 splits
+
+
+# ----------------------------------------------------------------------------------------
+# device helpers
+# ----------------------------------------------------------------------------------------
+@triton.jit
+def tanh_safe(x):
+    # tanh|x| = (1 - e) / (1 + e) with e = exp(-2|x|) in (0, 1]: e underflows to 0 for huge
+    # |x| (tanh -> 1), never overflows, so x = s/cap >> 88 stays finite.
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def upcast_kv(x, dtype, E4M3_BITS: tl.constexpr):
+    """K/V tile -> the query dtype. E4M3_BITS: x holds float8_e4m3fn bytes as uint8 (GPUs where
+    Triton has no e4m3 type, e.g. sm_80): rebuilt as fp16 bits, exact, then scaled by 2^8."""
+    if E4M3_BITS:
+        u = x.to(tl.uint16)
+        h = (((u & 0x80) << 8) | ((u & 0x7F) << 7)).to(tl.float16, bitcast=True)
+        return (h.to(tl.float32) * 256.0).to(dtype)
+    else:
+        return x.to(dtype)
+
+
+@triton.jit
+def attend_range(
+    q_ptr, stride_qh, stride_qd,  # q_ptr: first query head of the tile in request b
+    k_ptr, stride_kp, stride_kt, stride_kd,  # k_ptr/v_ptr: already offset to the KV head
+    v_ptr, stride_vp, stride_vt, stride_vd,
+    page_size,
+    idx_ptr,  # kv_indices + kv_indptr[b]: slot ids of request b in token order
+    start, end,  # key positions [start, end) of the request
+    n_rows,  # valid query heads in the tile (<= BLOCK_H)
+    qk_scale,  # sm_scale * k_scale
+    softcap,
+    D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
+    SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
+):
+    """Returns (acc [BLOCK_H, BLOCK_DV] fp32 unnormalised, m [BLOCK_H], l [BLOCK_H]).
+    An empty range returns acc = 0, m = -inf, l = 0."""
+    rows = tl.arange(0, BLOCK_H)
+    row_mask = rows < n_rows
+    offs_d = tl.arange(0, BLOCK_DMODEL)
+    dmask = offs_d < D_MAIN
+    offs_v = tl.arange(0, BLOCK_DV)
+    vmask = offs_v < DV
+
+    q = tl.load(q_ptr + rows[:, None] * stride_qh + offs_d[None, :] * stride_qd,
+                mask=row_mask[:, None] & dmask[None, :], other=0.0)
+    if BLOCK_DPE > 0:
+        offs_pe = tl.arange(0, BLOCK_DPE)
+        pemask = offs_pe < D_PE
+        q_pe = tl.load(q_ptr + rows[:, None] * stride_qh + (D_MAIN + offs_pe[None, :]) * stride_qd,
+                       mask=row_mask[:, None] & pemask[None, :], other=0.0)
+
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
+
+    for start_n in range(start, end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        nmask = offs_n < end
+        slot = tl.load(idx_ptr + offs_n, mask=nmask, other=0).to(tl.int64)
+        page = slot // page_size
+        tok = slot - page * page_size
+        k_row = page * stride_kp + tok * stride_kt
+        k = upcast_kv(tl.load(k_ptr + k_row[:, None] + offs_d[None, :] * stride_kd,
+                              mask=nmask[:, None] & dmask[None, :], other=0.0), q.dtype, E4M3_BITS)
+        qk = tl.dot(q, tl.trans(k))
+        if BLOCK_DPE > 0:
+            k_pe = upcast_kv(tl.load(k_ptr + k_row[:, None] + (D_MAIN + offs_pe[None, :]) * stride_kd,
+                                     mask=nmask[:, None] & pemask[None, :], other=0.0), q.dtype, E4M3_BITS)
+            qk += tl.dot(q_pe, tl.trans(k_pe))
+        qk = qk * qk_scale
+        if SOFTCAP:
+            qk = softcap * tanh_safe(qk / softcap)
+        qk = tl.where(nmask[None, :], qk, float("-inf"))
+
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+
+        if SHARE_KV:
+            v = k  # MLA: V is the first DV (= D_MAIN) columns of K, already loaded and masked
+        else:
+            v_row = page * stride_vp + tok * stride_vt
+            v = upcast_kv(tl.load(v_ptr + v_row[:, None] + offs_v[None, :] * stride_vd,
+                                  mask=nmask[:, None] & vmask[None, :], other=0.0), q.dtype, E4M3_BITS)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def stage1_store(
+    b, tile, split, start, end,
+    Q, stride_qb, stride_qh, stride_qd,
+    K, stride_kp, stride_kt, stride_kh, stride_kd,
+    V, stride_vp, stride_vt, stride_vh, stride_vd,
+    page_size, idx_ptr,
+    Part, stride_pb, stride_ph, stride_ps,
+    PartLse, stride_lb, stride_lh,
+    group, heads_per_tile, tiles_per_kv,
+    qk_scale, softcap,
+    D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
+    SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
+):
+    """One stage-1 program with a non-empty range: partial = acc / l and lse = m + ln l for
+    the tile's query heads, written at split index `split`."""
+    kv_head = tile // tiles_per_kv
+    head0 = kv_head * group + (tile - kv_head * tiles_per_kv) * heads_per_tile
+    b64 = b.to(tl.int64)
+    acc, m_i, l_i = attend_range(
+        Q + b64 * stride_qb + head0.to(tl.int64) * stride_qh, stride_qh, stride_qd,
+        K + kv_head.to(tl.int64) * stride_kh, stride_kp, stride_kt, stride_kd,
+        V + kv_head.to(tl.int64) * stride_vh, stride_vp, stride_vt, stride_vd,
+        page_size, idx_ptr, start, end, heads_per_tile, qk_scale, softcap,
+        D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS)
+    rows = tl.arange(0, BLOCK_H)
+    row_mask = rows < heads_per_tile
+    heads = (head0 + rows).to(tl.int64)
+    offs_v = tl.arange(0, BLOCK_DV)
+    vmask = offs_v < DV
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    part = acc / l_safe[:, None]
+    p_ptr = Part + b64 * stride_pb + heads[:, None] * stride_ph + split * stride_ps + offs_v[None, :]
+    tl.store(p_ptr, part, mask=row_mask[:, None] & vmask[None, :])
+    lse = m_i + tl.log(l_safe)
+    tl.store(PartLse + b64 * stride_lb + heads * stride_lh + split, lse, mask=row_mask)
+
+
+@triton.jit
+def merge_partials(part_ptr, stride_ps, lse_ptr, count,
+                   DV: tl.constexpr, SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """Merge partials 0..count-1 of one (request, head): SPLIT_TILE of them are loaded at
+    once and folded in with one online-softmax update. Entries >= count are never read.
+    Returns (acc [BLOCK_DV] = sum_i w_i o_i, denom = sum_i w_i, m) with w_i = exp(lse_i - m)."""
+    offs_s = tl.arange(0, SPLIT_TILE)
+    offs_v = tl.arange(0, BLOCK_DV)
+    vmask = offs_v < DV
+    m = float("-inf")
+    denom = 0.0
+    acc = tl.zeros([BLOCK_DV], dtype=tl.float32)
+    for s0 in range(0, count, SPLIT_TILE):
+        idx = s0 + offs_s
+        smask = idx < count
+        lse = tl.load(lse_ptr + idx, mask=smask, other=float("-inf"))
+        m_new = tl.maximum(m, tl.max(lse, 0))
+        scale = tl.exp(m - m_new)
+        w = tl.exp(lse - m_new)
+        o = tl.load(part_ptr + idx[:, None] * stride_ps + offs_v[None, :],
+                    mask=smask[:, None] & vmask[None, :], other=0.0)
+        acc = acc * scale + tl.sum(w[:, None] * o, 0)
+        denom = denom * scale + tl.sum(w, 0)
+        m = m_new
+    return acc, denom, m
+
+
+@triton.jit
+def stage2_row(
+    b, h, count,
+    Part, stride_pb, stride_ph, stride_ps,
+    PartLse, stride_lb, stride_lh,
+    Out, stride_ob, stride_oh, stride_od,
+    Lse, stride_lseb, stride_lseh,
+    Sinks, v_scale,
+    DV: tl.constexpr, SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr,
+    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr,
+):
+    """Stage 2 for one (request, query head): merge `count` partials, add the sink to the
+    denominator only, write out (0 exactly when nothing is visible) and lse (natural log;
+    -inf, or the sink, for an empty row)."""
+    b64 = b.to(tl.int64)
+    h64 = h.to(tl.int64)
+    acc, denom, m = merge_partials(Part + b64 * stride_pb + h64 * stride_ph, stride_ps,
+                                   PartLse + b64 * stride_lb + h64 * stride_lh, count,
+                                   DV, SPLIT_TILE, BLOCK_DV)
+    if HAS_SINKS:
+        sink = tl.load(Sinks + h).to(tl.float32)
+        m_new = tl.maximum(m, sink)
+        scale = tl.exp(m - m_new)
+        acc = acc * scale
+        denom = denom * scale + tl.exp(sink - m_new)
+        m = m_new
+    has = denom > 0
+    d_safe = tl.where(has, denom, 1.0)
+    out = tl.where(has, acc * (v_scale / d_safe), 0.0)
+    offs_v = tl.arange(0, BLOCK_DV)
+    tl.store(Out + b64 * stride_ob + h64 * stride_oh + offs_v * stride_od,
+             out.to(Out.dtype.element_ty), mask=offs_v < DV)
+    if STORE_LSE:
+        lse = tl.where(has, m + tl.log(d_safe), float("-inf"))
+        tl.store(Lse + b64 * stride_lseb + h64 * stride_lseh, lse)
+
+
+# ----------------------------------------------------------------------------------------
+# host helpers
+# ----------------------------------------------------------------------------------------
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def head_tiling(num_q_heads: int, num_kv_heads: int) -> dict:
+    """GQA tiling: each program handles `heads_per_tile` query heads of one KV head, padded
+    to BLOCK_H >= 16 rows. A group above MAX_HEADS_PER_TILE is cut into equal tiles."""
+    if num_q_heads % num_kv_heads:
+        raise ValueError(f"num_q_heads={num_q_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+    group = num_q_heads // num_kv_heads
+    hpt = group
+    if group > MAX_HEADS_PER_TILE:
+        hpt = max(d for d in range(1, MAX_HEADS_PER_TILE + 1) if group % d == 0)
+    tiles_per_kv = group // hpt
+    return dict(group=group, heads_per_tile=hpt, tiles_per_kv=tiles_per_kv,
+                kv_head_tiles=num_kv_heads * tiles_per_kv, BLOCK_H=max(MIN_DOT, next_pow2(hpt)))
+
+
+def cache_addressing(cache) -> tuple[int, int, int, int, int]:
+    """(page_size, stride_page, stride_token, stride_head, stride_d) of a cache given as
+    [pages, page_size, Hkv, D] or [slots, Hkv, D]. When pages are evenly spaced, slots are
+    addressed directly (page_size 1, which Triton specialises away)."""
+    if cache.dim() == 3:
+        return 1, cache.stride(0), 0, cache.stride(1), cache.stride(2)
+    if cache.dim() != 4:
+        raise ValueError(f"KV cache: expected [pages, page_size, Hkv, D] or [slots, Hkv, D], got {tuple(cache.shape)}")
+    P = cache.shape[1]
+    if P == 1:  # a slot is a page
+        return 1, cache.stride(0), 0, cache.stride(2), cache.stride(3)
+    if cache.stride(0) == P * cache.stride(1):  # evenly spaced slots
+        return 1, cache.stride(1), 0, cache.stride(2), cache.stride(3)
+    return P, cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3)
+
+
+def head_dims(dk: int, dv: int) -> dict:
+    """K is split as D_MAIN + D_PE when Dv < Dk (MLA: 576 = 512 + 64, 288 = 256 + 32), each
+    part padded to a power of two >= 16 and masked."""
+    d_main = dv if dv < dk else dk
+    d_pe = dk - d_main
+    return dict(D_MAIN=d_main, D_PE=d_pe, DV=dv,
+                BLOCK_DMODEL=max(MIN_DOT, next_pow2(d_main)),
+                BLOCK_DPE=max(MIN_DOT, next_pow2(d_pe)) if d_pe else 0,
+                BLOCK_DV=max(MIN_DOT, next_pow2(dv)))
+
+
+def shares_kv(k_cache, v_cache, dims: dict) -> bool:
+    """V is the first DV columns of K (MLA view): the kernel reuses the loaded K tile."""
+    if dims["DV"] != dims["D_MAIN"] or k_cache.data_ptr() != v_cache.data_ptr():
+        return False
+    return cache_addressing(k_cache) == cache_addressing(v_cache)
+
+
+# Tests set this to run the uint8 e4m3 path where Triton has the real type (CPU interpreter).
+FORCE_E4M3_BITS = False
+
+
+def kv_operand(cache):
+    """(tensor to pass, E4M3_BITS): float8_e4m3fn caches go in as uint8 bytes on CUDA GPUs
+    below sm_89, where Triton has no e4m3 type (the kernel rebuilds the value exactly)."""
+    import torch
+    if cache.dtype != torch.float8_e4m3fn:
+        return cache, False
+    bits = FORCE_E4M3_BITS
+    if cache.device.type == "cuda" and torch.version.hip is None:
+        bits = bits or torch.cuda.get_device_capability(cache.device) < (8, 9)
+    return (cache.view(torch.uint8), True) if bits else (cache, False)
+
+
+def split_tile(cap: int, block_dv: int) -> int:
+    """Stage-2 tile: the split cap rounded up to a power of two, at most STAGE2_MAX_TILE
+    splits and STAGE2_TILE_ELEMS fp32 elements."""
+    t = min(next_pow2(max(1, cap)), STAGE2_MAX_TILE, max(1, STAGE2_TILE_ELEMS // block_dv))
+    return max(2, t)  # a 1-wide tile is legal but 2 keeps reductions 1-D on every backend
+
+
+# GPU launch configurations, in order of preference: (BLOCK_N, num_warps, num_stages). Measured
+# on an H200 (triton 3.6, bf16, CUDA-graph replay): a 3-deep key pipeline is what makes few
+# programs per SM fast (16/2/256 at 1 x 128k: 229 us with 32/4/2, 101 us with 64/8/3; 32/8/128
+# at 4 x 128k: 1041 -> 558 us with 64/4/3). The first that fits the device's shared memory wins.
+GPU_CONFIGS = {
+    "small": ((64, 4, 3), (64, 4, 2), (32, 4, 2), (16, 4, 1)),  # Dk <= 128
+    "medium": ((64, 8, 3), (32, 4, 3), (32, 4, 2), (16, 4, 1)),  # Dk <= 320 (256, MLA 288)
+    "large": ((32, 8, 3), (32, 4, 2), (16, 4, 2), (16, 4, 1)),  # MLA 576
+}
+HIP_MAX_STAGES = 2  # AMD's stream pipeliner: keep to its default depth
+SMEM_SLACK = 16384  # layout-conversion scratch the compiler adds on top of the K/V buffers
+
+
+def gpu_config(dk: int, dv: int, share_kv: bool, max_smem: int, is_hip: bool = False) -> dict:
+    """BLOCK_N / num_warps / num_stages for a GPU with `max_smem` bytes of shared memory per
+    program: the first preferred config whose K/V stage buffers (2-byte elements) fit."""
+    table = GPU_CONFIGS["small" if dk <= 128 else "medium" if dk <= 320 else "large"]
+    width = dk + (0 if share_kv else dv)
+    for bn, warps, stages in table:
+        stages = min(stages, HIP_MAX_STAGES) if is_hip else stages
+        if stages * bn * width * 2 + SMEM_SLACK <= max_smem:
+            return dict(block_n=bn, num_warps=warps, num_stages=stages)
+    bn, warps, _ = table[-1]
+    return dict(block_n=bn, num_warps=warps, num_stages=1)
+
+
+_SMEM_CACHE: dict = {}
+
+
+def device_max_smem(device) -> int:
+    """Shared memory a program may use on `device` (Triton's driver query, cached)."""
+    import torch
+    device = torch.device(device)
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SMEM_CACHE:
+        try:
+            props = triton.runtime.driver.active.utils.get_device_properties(idx)
+            _SMEM_CACHE[idx] = int(props["max_shared_mem"])
+        except Exception:  # an older driver API: assume the smallest current part (consumer cards)
+            _SMEM_CACHE[idx] = 101376
+    return _SMEM_CACHE[idx]
+
+
+def kernel_config(device, dk: int, dv: int, share_kv: bool) -> dict:
+    """Launch configuration for `device`: on the CPU interpreter 64 keys per step (about 3 ms
+    per program x step, so fewer, larger steps) and no pipelining; on a GPU `gpu_config`."""
+    import torch
+    device = torch.device(device)
+    if device.type == "cpu":
+        return dict(block_n=64, num_warps=4, num_stages=1)
+    return gpu_config(dk, dv, share_kv, device_max_smem(device), is_hip=torch.version.hip is not None)
+
+
+def visible_arg(window) -> int:
+    """Keys visible to the query (the window counting the current token); INT32_MAX = all."""
+    if window is None:
+        return INT32_MAX
+    if int(window) < 1:
+        raise ValueError(f"window: expected None or >= 1 visible keys, got {window}")
+    return int(window)
+
+
+def check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks):
+    if q.dim() != 3:
+        raise ValueError(f"q: expected [B, Hq, Dk], got {tuple(q.shape)}")
+    B, Hq, Dk = q.shape
+    if k_cache.shape[-1] != Dk:
+        raise ValueError(f"k_cache last dim {k_cache.shape[-1]} != q head dim {Dk}")
+    if k_cache.shape[-2] != v_cache.shape[-2]:
+        raise ValueError("k_cache and v_cache disagree on the KV head count")
+    Dv = v_cache.shape[-1]
+    if tuple(out.shape) != (B, Hq, Dv):
+        raise ValueError(f"out: expected {(B, Hq, Dv)}, got {tuple(out.shape)}")
+    if lse is not None and tuple(lse.shape) != (B, Hq):
+        raise ValueError(f"lse: expected {(B, Hq)}, got {tuple(lse.shape)}")
+    if kv_indptr.numel() != B + 1:
+        raise ValueError(f"kv_indptr: expected {B + 1} entries, got {kv_indptr.numel()}")
+    if sinks is not None and sinks.numel() != Hq:
+        raise ValueError(f"sinks: expected {Hq} entries, got {sinks.numel()}")
+    return B, Hq, k_cache.shape[-2], Dk, Dv

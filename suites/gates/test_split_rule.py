@@ -1,0 +1,206 @@
+"""Gate: the adaptive split-K chunk rule (kernels/split_rule.py).
+
+Pure-python checks need neither a GPU nor Triton: a table of worked cases (the seed's own
+example among them) and properties over a seeded random grid of (length, batch, KV-head
+tiles, SMs, cap, block, minimum chunk). The last test runs the kernel's @triton.jit mirror of
+the rule (under Triton's CPU interpreter when there is no GPU) and requires it to agree
+exactly with the pure function: the host sizes the grid and the device picks the chunks, so
+the two formulas must never drift.
+"""
+import importlib
+import os
+import random
+
+import pytest
+
+from decode_conformance_kernels import split_rule as sr
+
+# ----------------------------------------------------------------------------------------
+# worked cases
+# ----------------------------------------------------------------------------------------
+# (why, length, batch, kv_head_tiles, num_sms, max_splits, expected count, expected longest chunk)
+TABLE = [
+    # The seed: H100 (132 SMs), Qwen3.6 full attention 16/2/256 (2 KV-head tiles), batch 1 x 32k:
+    # occupancy 2*132 // 2 = 132 -> capped at 64; by length 32768 // 128 = 256 -> 64 chunks of 512.
+    ("seed: 132 SMs, 1 x 32k, 16/2/256", 32768, 1, 2, 132, 64, 64, 512),
+    ("seed shape at 128k: still the 64 cap", 131072, 1, 2, 132, 64, 64, 2048),
+    ("batch 4 x 32k on 16/2/256: 264 // 8 = 33 programs per request", 32768, 4, 2, 132, 64, 33, 1024),
+    ("32/8/128 (8 tiles) at 1 x 128k: 264 // 8 = 33", 131072, 1, 8, 132, 64, 33, 4000),
+    ("batch 32 x 8k on 32/8/128: one chunk fills the GPU", 8192, 32, 8, 132, 64, 1, 8192),
+    ("1k request: chunks of >= 128 keys -> 8, like the fixed 8-split kernel", 1024, 1, 2, 132, 64, 8, 128),
+    ("just under one minimum chunk -> 1", 127, 1, 2, 132, 64, 1, 128),
+    ("two minimum chunks", 256, 1, 2, 132, 64, 2, 128),
+    ("two and a half minimum chunks -> 2 (chunks of >= 128)", 320, 1, 2, 132, 64, 2, 160),
+    ("one key", 1, 1, 2, 132, 64, 1, 32),
+    ("empty request (CUDA-graph padding row): no work", 0, 1, 2, 132, 64, 0, 0),
+    ("RTX 4060 laptop (24 SMs), 16/2/256, 1 x 32k: 48 // 2 = 24", 32768, 1, 2, 24, 64, 24, 1376),
+    ("a forced cap of 8", 32768, 1, 2, 132, 8, 8, 4096),
+    ("a cap of 1: no split", 32768, 1, 2, 132, 1, 1, 32768),
+]
+
+
+@pytest.mark.parametrize("why,length,batch,tiles,sms,cap,count,longest", TABLE, ids=[t[0] for t in TABLE])
+def test_table(why, length, batch, tiles, sms, cap, count, longest):
+    n = sr.chunk_count(length, batch, tiles, sms, max_splits=cap)
+    assert n == count, why
+    ranges = sr.chunk_ranges(length, batch, tiles, sms, max_splits=cap)
+    assert len(ranges) == count
+    assert sr.chunk_length(length, n) == longest
+    if ranges:
+        assert max(e - s for s, e in ranges) <= longest
+
+
+def test_seed_example_is_uniform():
+    ranges = sr.chunk_ranges(32768, batch=1, kv_head_tiles=2, num_sms=132)
+    assert ranges == [(512 * i, 512 * (i + 1)) for i in range(64)]
+    assert sr.grid_splits(1, 2, 132) == 64
+
+
+def test_constants_are_the_seeds():
+    assert sr.PROGRAMS_PER_SM == 2
+    assert sr.MAX_SPLITS == 64
+    assert sr.KEY_BLOCK == 32
+    assert 0 < sr.MIN_CHUNK <= 512 and sr.MIN_CHUNK % sr.KEY_BLOCK == 0
+
+
+def test_num_sms_on_cpu(monkeypatch):
+    monkeypatch.delenv(sr.NUM_SMS_ENV, raising=False)
+    assert sr.num_sms("cpu") == sr.DEFAULT_NUM_SMS
+    assert sr.num_sms("cpu", default=24) == 24
+    monkeypatch.setenv(sr.NUM_SMS_ENV, "80")
+    assert sr.num_sms("cpu") == 80
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        sr.grid_splits(0, 2, 132)
+    with pytest.raises(ValueError):
+        sr.grid_splits(1, 2, 132, max_splits=0)
+
+
+# ----------------------------------------------------------------------------------------
+# properties over a seeded random grid
+# ----------------------------------------------------------------------------------------
+SMS = (24, 80, 108, 128, 132, 170, 188, 304)
+CAPS = (1, 2, 8, 32, 64, 128)
+BLOCKS = (16, 32, 64, 128)
+MIN_CHUNKS = (32, 64, 256, 512)
+
+
+def _random_length(rng):
+    kind = rng.random()
+    if kind < 0.1:
+        return rng.choice((0, 1, 2, 31, 32, 33))
+    if kind < 0.5:
+        return rng.randint(0, 4096)
+    if kind < 0.9:
+        return rng.randint(4096, 300_000)
+    return rng.randint(300_000, 4_000_000)
+
+
+def _grid(n=2000, seed=20261130):
+    rng = random.Random(seed)
+    for _ in range(n):
+        yield dict(length=_random_length(rng), batch=rng.choice((1, 2, 3, 4, 8, 16, 32, 64, 256)),
+                   tiles=rng.choice((1, 2, 4, 8, 16, 32, 64)), sms=rng.choice(SMS), cap=rng.choice(CAPS),
+                   block=rng.choice(BLOCKS), min_chunk=rng.choice(MIN_CHUNKS))
+
+
+def _count(p, length=None):
+    return sr.chunk_count(p["length"] if length is None else length, p["batch"], p["tiles"], p["sms"],
+                          max_splits=p["cap"], min_chunk=p["min_chunk"], block=p["block"])
+
+
+def test_count_bounds():
+    for p in _grid():
+        n = _count(p)
+        grid = sr.grid_splits(p["batch"], p["tiles"], p["sms"], max_splits=p["cap"])
+        assert 1 <= grid <= p["cap"], p
+        # about PROGRAMS_PER_SM programs per SM: never more, unless one chunk each already exceeds it
+        assert p["batch"] * p["tiles"] * grid <= max(sr.PROGRAMS_PER_SM * p["sms"], p["batch"] * p["tiles"]), p
+        if p["length"] == 0:
+            assert n == 0, p
+        else:
+            assert 1 <= n <= grid, p
+            # more than one chunk only when each averages at least the minimum chunk
+            assert n == 1 or p["length"] >= n * p["min_chunk"], p
+
+
+def test_count_non_decreasing_in_length():
+    for p in _grid(600, seed=7):
+        L = p["length"]
+        for step in (1, 2, p["block"] - 1, p["block"], p["block"] + 1, p["min_chunk"], 1000, 37_000):
+            assert _count(p, L) <= _count(p, L + step), (p, step)
+    # and densely over a whole range for a few settings, around every block and chunk boundary
+    for batch, tiles, sms, cap, block, mc in ((1, 2, 132, 64, 32, 256), (1, 1, 24, 64, 64, 64),
+                                              (3, 5, 108, 128, 16, 32), (1, 2, 132, 64, 128, 512)):
+        prev = 0
+        for L in range(0, 40_000):
+            n = sr.chunk_count(L, batch, tiles, sms, max_splits=cap, min_chunk=mc, block=block)
+            assert n >= prev, (L, batch, tiles, sms, cap, block, mc)
+            prev = n
+
+
+def test_ranges_partition_the_request():
+    for p in _grid():
+        L, block = p["length"], p["block"]
+        ranges = sr.chunk_ranges(L, p["batch"], p["tiles"], p["sms"], max_splits=p["cap"],
+                                 min_chunk=p["min_chunk"], block=block)
+        n = _count(p)
+        assert len(ranges) == n, p
+        if L == 0:
+            assert ranges == []
+            continue
+        assert ranges[0][0] == 0 and ranges[-1][1] == L, p
+        longest = sr.chunk_length(L, n, block)
+        for i, (s, e) in enumerate(ranges):
+            assert s < e, (p, i)  # no empty chunk below the count
+            assert s % block == 0, (p, i)  # chunks start on key-block boundaries
+            assert e - s <= longest, (p, i)
+            if i + 1 < n:
+                assert ranges[i + 1][0] == e, (p, i)  # contiguous: every key exactly once
+                assert (e - s) % block == 0, (p, i)
+        lens = [e - s for s, e in ranges[:-1]]
+        if lens:
+            assert max(lens) - min(lens) <= block, p  # balanced to one block
+
+
+# ----------------------------------------------------------------------------------------
+# host formula == device formula
+# ----------------------------------------------------------------------------------------
+def _interpreted(fn) -> bool:
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        return False
+    return isinstance(fn, InterpretedFunction)
+
+
+def test_device_mirror_agrees_with_host():
+    torch = pytest.importorskip("torch")
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    pytest.importorskip("triton")
+    from decode_conformance_kernels import adaptive_split
+    if not on_gpu and not _interpreted(adaptive_split.chunk_count_device):
+        if os.environ.get("TRITON_INTERPRET", "").strip().lower() not in ("1", "true", "on", "yes"):
+            pytest.skip("no GPU and TRITON_INTERPRET is off: the device formula cannot run")
+        adaptive_split = importlib.reload(adaptive_split)  # imported before the interpreter was switched on
+    device = "cuda" if on_gpu else "cpu"
+
+    rng = random.Random(11)
+    lengths = list(range(0, 200)) + [255, 256, 257, 511, 512, 513, 32767, 32768, 32769, 131071, 131072]
+    lengths += [rng.randint(0, 300_000) for _ in range(150)]
+    lengths += [2**31 - 1 - 128, 2**31 - 1 - 129, 2**30 + 12345]  # int64 products in the chunk bounds
+    for block, min_chunk in ((32, 256), (64, 64), (16, 512)):
+        caps = [rng.choice((1, 2, 3, 7, 8, 33, 64, 100, 128)) for _ in lengths]
+        counts, starts, ends = adaptive_split.device_split_table(
+            torch.tensor(lengths, dtype=torch.int32, device=device), torch.tensor(caps, dtype=torch.int32),
+            min_chunk=min_chunk, block=block)
+        counts, starts, ends = counts.cpu().tolist(), starts.cpu().tolist(), ends.cpu().tolist()
+        for L, cap, n, s_row, e_row in zip(lengths, caps, counts, starts, ends):
+            want = sr.chunk_ranges_for_cap(L, cap, min_chunk=min_chunk, block=block)
+            assert n == len(want) == sr.chunk_count_for_cap(L, cap, min_chunk, block), (L, cap, block, min_chunk)
+            assert list(zip(s_row[:n], e_row[:n])) == want, (L, cap, block, min_chunk)
+            assert all(x == -1 for x in s_row[n:]), (L, cap)  # nothing written past the count
