@@ -26,7 +26,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from decode_conformance import _paths  # noqa: E402
 
-_paths.alias_kernels_package()
+_paths.alias_kernels()
 
 from decode_conformance import timing  # noqa: E402
 from decode_conformance.cases import Case  # noqa: E402

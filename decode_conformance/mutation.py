@@ -122,7 +122,7 @@ def greedy_cover(kill_map: dict[str, list[str]], order: list[str]) -> list[str]:
 def _prepare_interpreter():
     os.environ.setdefault("TRITON_INTERPRET", "1")
     from . import _paths, interpreter_compat
-    _paths.alias_kernels_package()
+    _paths.alias_kernels()
     interpreter_compat.install()
 
 
