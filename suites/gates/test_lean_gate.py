@@ -42,7 +42,7 @@ def test_calibration_file_rows():
     rows = lean_gate.load_table()
     assert {"default", "gfx950", "gfx942", "sm_90"} <= set(rows)
     assert rows["default"].enabled is False
-    assert rows["sm_90"].provisional is True and "to be replaced by the H200 sweep" in rows["sm_90"].note
+    assert rows["sm_90"].provisional is False and "H200 sweep" in rows["sm_90"].note
     assert rows["gfx950"].provisional is False
     # The seed: "The MI355X auto-gate thresholds transfer unchanged" to MI300X.
     a, b = rows["gfx950"], rows["gfx942"]
