@@ -144,11 +144,12 @@ def _adaptive_stage2(
 
 
 def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None, num_sms: Optional[int] = None,
-                max_splits: Optional[int] = None) -> int:
+                max_splits: Optional[int] = None, mla: bool = False) -> int:
     """The stage-1 grid's split axis (= the chunk cap passed to the kernel)."""
     tiles = tc.head_tiling(num_q_heads, num_kv_heads)["kv_head_tiles"]
     sms = num_sms if num_sms is not None else split_rule.num_sms(device)
-    return split_rule.grid_splits(batch, tiles, sms, max_splits or split_rule.MAX_SPLITS)
+    pps = split_rule.MLA_PROGRAMS_PER_SM if mla else split_rule.PROGRAMS_PER_SM
+    return split_rule.grid_splits(batch, tiles, sms, max_splits or split_rule.MAX_SPLITS, pps)
 
 
 def workspace_shapes(batch: int, num_q_heads: int, v_head_dim: int, splits: int):
@@ -261,7 +262,7 @@ class AdaptiveSplitKernel:
         case = batch.case
         cap = case.num_splits or self.max_splits
         S = plan_splits(case.batch, case.num_q_heads, case.num_kv_heads, device=batch.device,
-                        num_sms=self.num_sms, max_splits=cap)
+                        num_sms=self.num_sms, max_splits=cap, mla=case.mla)
         p_shape, l_shape = workspace_shapes(case.batch, case.num_q_heads, case.v_head_dim, S)
         partials = batch.workspace.alloc("adaptive_split.partials", p_shape, torch.float32)
         partial_lse = batch.workspace.alloc("adaptive_split.partial_lse", l_shape, torch.float32)

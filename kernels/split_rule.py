@@ -26,9 +26,13 @@ from __future__ import annotations
 
 import os
 
-# The seed: "about 2 programs per SM, at most 64 splits" (its RTX follow-up found 32 enough on
-# consumer cards; the H100 numbers use 64).
-PROGRAMS_PER_SM = 2
+# The seed says "about 2 programs per SM, at most 64 splits" (its RTX follow-up found 32 enough
+# on consumer cards). On an H200 (docs/gpu-runs/2026-11-30-h200/run3/tune.json) 4 programs per
+# SM ran 5-10 % faster than 2 on 32/8/128 at batch 4-32 (e.g. b16 x 64k: 1131 vs 1244 us) and
+# equal elsewhere, while MLA (128 heads x 576, compute-heavy) at batch 8 x 4k was 30 % slower
+# with 4 (117 vs 90 us): GQA/MHA take 4, MLA keeps the seed's 2.
+PROGRAMS_PER_SM = 4
+MLA_PROGRAMS_PER_SM = 2
 MAX_SPLITS = 64
 # Smallest chunk the length-based count makes (keys). Any value <= 512 reproduces the seed's
 # example; the seed also reports 1k contexts within 1.5% of the fixed 8-split kernel, whose

@@ -21,19 +21,20 @@ from decode_conformance_kernels import split_rule as sr
 # (why, length, batch, kv_head_tiles, num_sms, max_splits, expected count, expected longest chunk)
 TABLE = [
     # The seed: H100 (132 SMs), Qwen3.6 full attention 16/2/256 (2 KV-head tiles), batch 1 x 32k:
-    # occupancy 2*132 // 2 = 132 -> capped at 64; by length 32768 // 128 = 256 -> 64 chunks of 512.
+    # occupancy 4*132 // 2 = 264 (the seed's 2/SM: 132) -> capped at 64; by length 32768 // 128 = 256
+    # -> 64 chunks of 512.
     ("seed: 132 SMs, 1 x 32k, 16/2/256", 32768, 1, 2, 132, 64, 64, 512),
     ("seed shape at 128k: still the 64 cap", 131072, 1, 2, 132, 64, 64, 2048),
-    ("batch 4 x 32k on 16/2/256: 264 // 8 = 33 programs per request", 32768, 4, 2, 132, 64, 33, 1024),
-    ("32/8/128 (8 tiles) at 1 x 128k: 264 // 8 = 33", 131072, 1, 8, 132, 64, 33, 4000),
-    ("batch 32 x 8k on 32/8/128: one chunk fills the GPU", 8192, 32, 8, 132, 64, 1, 8192),
+    ("batch 4 x 32k on 16/2/256: 528 // 8 = 66 -> the 64 cap", 32768, 4, 2, 132, 64, 64, 512),
+    ("32/8/128 (8 tiles) at 1 x 128k: 528 // 8 = 66 -> 64", 131072, 1, 8, 132, 64, 64, 2048),
+    ("batch 32 x 8k on 32/8/128: 528 // 256 = 2 chunks", 8192, 32, 8, 132, 64, 2, 4096),
     ("1k request: chunks of >= 128 keys -> 8, like the fixed 8-split kernel", 1024, 1, 2, 132, 64, 8, 128),
     ("just under one minimum chunk -> 1", 127, 1, 2, 132, 64, 1, 128),
     ("two minimum chunks", 256, 1, 2, 132, 64, 2, 128),
     ("two and a half minimum chunks -> 2 (chunks of >= 128)", 320, 1, 2, 132, 64, 2, 160),
     ("one key", 1, 1, 2, 132, 64, 1, 32),
     ("empty request (CUDA-graph padding row): no work", 0, 1, 2, 132, 64, 0, 0),
-    ("RTX 4060 laptop (24 SMs), 16/2/256, 1 x 32k: 48 // 2 = 24", 32768, 1, 2, 24, 64, 24, 1376),
+    ("RTX 4060 laptop (24 SMs), 16/2/256, 1 x 32k: 96 // 2 = 48", 32768, 1, 2, 24, 64, 48, 704),
     ("a forced cap of 8", 32768, 1, 2, 132, 8, 8, 4096),
     ("a cap of 1: no split", 32768, 1, 2, 132, 1, 1, 32768),
 ]
@@ -57,7 +58,7 @@ def test_seed_example_is_uniform():
 
 
 def test_constants_are_the_seeds():
-    assert sr.PROGRAMS_PER_SM == 2
+    assert (sr.PROGRAMS_PER_SM, sr.MLA_PROGRAMS_PER_SM) == (4, 2)  # H200-tuned; the seed's 2 for MLA
     assert sr.MAX_SPLITS == 64
     assert sr.KEY_BLOCK == 32
     assert 0 < sr.MIN_CHUNK <= 512 and sr.MIN_CHUNK % sr.KEY_BLOCK == 0
