@@ -121,14 +121,48 @@ def _dedupe(cases: list[Case]) -> list[Case]:
     return out
 
 
+SMOKE_FILE = "fixtures/smoke_set.txt"
+SMOKE_REGENERATE = "python -m decode_conformance.mutation --jobs 2"
+
+
 def smoke_ids() -> frozenset[str]:
-    """The smoke set is stored as case ids (fixtures/smoke_set.txt), derived from the
-    mutation kill map and kept in sync by a selftest."""
+    """The smoke set is stored as case ids of the interpreter parity set (fixtures/smoke_set.txt),
+    derived from the mutation kill map and kept in sync by suites/selftest/test_mutants.py.
+    A missing or empty file is an error, never a silent stand-in."""
     from pathlib import Path
-    p = Path(__file__).resolve().parent.parent / "fixtures" / "smoke_set.txt"
+    p = Path(__file__).resolve().parent.parent / SMOKE_FILE
     if not p.exists():
-        return frozenset()
-    return frozenset(line.strip() for line in p.read_text().splitlines() if line.strip() and not line.startswith("#"))
+        raise FileNotFoundError(f"case set 'smoke': {p} is missing. It is derived from the mutation kill map; "
+                                f"regenerate it with `{SMOKE_REGENERATE}` (CPU, about 15 minutes).")
+    ids = frozenset(line.strip() for line in p.read_text().splitlines() if line.strip() and not line.startswith("#"))
+    if not ids:
+        raise ValueError(f"case set 'smoke': {p} lists no case ids; regenerate it with `{SMOKE_REGENERATE}`.")
+    return ids
+
+
+def _recipe(case: Case) -> Case:
+    """A case with its profile-sized fields blanked: the same recipe gives the same key in
+    both profiles."""
+    return case.replace(seq_lens=(0,), window=None if case.window is None else 1, seed=0)
+
+
+def _smoke(parity: list[Case], profile: str) -> list[Case]:
+    wanted = smoke_ids()
+    interp = parity if profile == "interpreter" else _dedupe(one_axis_at_a_time("interpreter")
+                                                           + regressions.cases("interpreter"))
+    positions = [i for i, c in enumerate(interp) if c.id in wanted]
+    stale = wanted - {interp[i].id for i in positions}
+    if stale:
+        raise ValueError(f"case set 'smoke': {SMOKE_FILE} names {len(stale)} case(s) not in the interpreter parity "
+                         f"set (e.g. {sorted(stale)[0]}); regenerate it with `{SMOKE_REGENERATE}`.")
+    if profile == "interpreter":
+        return [parity[i] for i in positions]
+    # Other profiles: the same recipes (the parity sets are built by the same code, case for
+    # case, with profile-sized lengths and windows).
+    if [_recipe(c) for c in interp] != [_recipe(c) for c in parity]:
+        raise ValueError(f"case set 'smoke': the {profile!r} parity set no longer lines up with the interpreter "
+                         "one case for case, so the smoke ids cannot be carried over")
+    return [parity[i] for i in positions]
 
 
 def build_set(name: str, profile: str) -> list[Case]:
@@ -141,9 +175,7 @@ def build_set(name: str, profile: str) -> list[Case]:
         return parity
     if name == "full":
         return _dedupe(parity + product_grid(profile))
-    wanted = smoke_ids()
-    chosen = [c for c in parity if c.id in wanted]
-    return chosen or parity[:12]
+    return _smoke(parity, profile)
 
 
 CASE_SETS: dict[str, Callable[[str], list[Case]]] = {n: (lambda p, n=n: build_set(n, p)) for n in SET_NAMES}

@@ -8,7 +8,7 @@ import pytest
 
 from decode_conformance_kernels import lean_gate
 
-SWEEP = pathlib.Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "2026-11-30-h200" / "lean.json"
+SWEEP = pathlib.Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "2026-11-30-h200" / "run1" / "lean.json"
 
 MLA_SMALL_WINS = {("128/1/576/512", 16, 16384, 0.1), ("128/1/576/512", 32, 16384, 0.1)}  # 3-4 %, left off
 # (shape, batch, ctx, r): ragged 16k batches whose average length (8.5k-12k) sits below the
