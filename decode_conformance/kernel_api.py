@@ -45,6 +45,7 @@ class Capabilities:
     deterministic: bool = True
     devices: frozenset = frozenset({"cuda", "cpu"})  # cpu = Triton interpreter or torch
     max_pool_bytes: Optional[int] = None
+    fp8_tensor_cores: bool = False  # fp8 cases run fp8 MMAs (q cast to fp8): needs an sm_89+/CDNA3+ class
     # Set when the kernel cannot run here at all (its library is not installed, say): the
     # kernel is still listed, and every case skips with this reason.
     unavailable: Optional[str] = None

@@ -93,6 +93,7 @@ def pytest_configure(config):
         "decode_case: a decode-conformance kernel x case test",
         "gpu_only: needs a real GPU",
         "min_gpu_memory(gb): needs at least this much device memory",
+        "fp8_tensor_cores: the kernel runs fp8 matrix instructions on this case",
     ):
         config.addinivalue_line("markers", line)
     device = _choose_device(config.getoption("--device"))
@@ -178,10 +179,17 @@ def _case_marks(s: Session, kp: KernelParam, case) -> list:
         marks.append(pytest.mark.skip(reason=f"{kp.name} lacks: {', '.join(missing)}"))
         return marks
     cls = hardware.known_classes().get(s.gpu_class)
-    if cls is not None and cls.memory_gb and case_bytes(case) > 0.8 * cls.memory_gb * 2**30:
-        marks.append(pytest.mark.skip(reason=f"needs {case_bytes(case) / 2**30:.1f} GB; "
-                                             f"class {s.gpu_class} has {cls.memory_gb:g} GB"))
+    need_gb = case_bytes(case) / 2**30
+    marks.append(pytest.mark.min_gpu_memory(round(need_gb, 2)))
+    if cls is not None and cls.memory_gb and need_gb > 0.8 * cls.memory_gb:
+        marks.append(pytest.mark.skip(reason=f"needs {need_gb:.1f} GB; class {s.gpu_class} has {cls.memory_gb:g} GB"))
         return marks
+    if case.is_fp8 and kp.kernel.caps.fp8_tensor_cores:
+        marks.append(pytest.mark.fp8_tensor_cores)
+        if cls is not None and cls.vendor != "cpu" and not cls.fp8_tensor_cores:
+            marks.append(pytest.mark.skip(reason=f"{kp.name} runs fp8 MMAs; class {s.gpu_class} has no fp8 "
+                                                 "tensor cores"))
+            return marks
     entry = s.ledger.match(kp.name, case.id, s.gpu_class)
     if entry is not None:
         marks.append(entry.mark())

@@ -51,6 +51,7 @@ CAPS = Capabilities(
     lse=False,
     num_splits=True,
     cuda_graph_safe=True,  # launch is two Triton kernels on fixed buffers; metadata is built in plan
+    fp8_tensor_cores=True,  # its grouped kernel casts q to the KV dtype for an fp8 x fp8 dot
     devices=frozenset({"cuda"}),
 )
 

@@ -136,3 +136,18 @@ cuda_error = FaultyKernel("faulty_cuda_error", _cuda_error)
 canary = FaultyKernel("faulty_canary", _canary)
 marker_a = MarkerKernel("marker_a")
 marker_b = MarkerKernel("marker_b")
+
+
+class _Fp8MmaKernel:
+    """Correct output, but declares fp8 matrix instructions: for GPU-class deselection tests."""
+    name = "fp8_mma"
+
+    def __init__(self):
+        from decode_conformance.kernel_api import Capabilities
+        self.caps = Capabilities(window_convention="counts-current", fp8_tensor_cores=True)
+
+    def plan(self, batch):
+        return lambda: _correct(batch)
+
+
+fp8_mma = _Fp8MmaKernel()
