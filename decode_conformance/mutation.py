@@ -10,6 +10,7 @@ real files) and builds the kernel from the copy's registry.
     python -m decode_conformance.mutation --jobs 2   # ... two mutants at a time
     python -m decode_conformance.mutation --only NAME [NAME ...]   # rebuild these rows only
     python -m decode_conformance.mutation --report   # print the stored map (and rewrite kill_map.md)
+    python -m decode_conformance.mutation --report --explain --jobs 2   # ... with first-killer messages
 
 Each mutant runs in its own subprocess (`--worker`), so a mutant that kills the interpreter
 (a segfault on a wild address) or hangs only ends that subprocess: the case it was running
@@ -22,6 +23,7 @@ import atexit
 import importlib
 import json
 import os
+import re
 import pathlib
 import shutil
 import subprocess
@@ -133,6 +135,26 @@ def greedy_cover(kill_map: dict[str, list[str]], order: list[str]) -> list[str]:
         chosen.append(best)
         alive -= gain
     return chosen
+
+
+def minimum_cover_size(kill_map: dict[str, list[str]]) -> int:
+    """The exact size of the smallest case set killing every killed mutant (branch and bound
+    on the mutant with the fewest killers): tells whether the greedy smoke set is optimal."""
+    sets = {m: frozenset(ks) for m, ks in kill_map.items() if ks}
+    best = [len(greedy_cover(kill_map, sorted({k for ks in sets.values() for k in ks})))]
+
+    def rec(alive: frozenset, depth: int) -> None:
+        if not alive:
+            best[0] = min(best[0], depth)
+            return
+        if depth + 1 >= best[0]:
+            return
+        m = min(alive, key=lambda x: len(sets[x]))
+        for c in sorted(sets[m]):
+            rec(frozenset(x for x in alive if c not in sets[x]), depth + 1)
+
+    rec(frozenset(sets), 0)
+    return best[0]
 
 
 def _prepare_interpreter():
@@ -279,22 +301,53 @@ def report_table(kill_map: dict, mutants: Optional[list[Mutant]] = None, smoke: 
     (those in the smoke set in bold)."""
     mutants = mutants if mutants is not None else load_mutants()
     smoke_set = set(smoke or [])
-    rows = ["| mutant | kernel / module | kills | first killers (smoke cases in bold) |",
-            "|---|---|---:|---|"]
+    rows = ["| mutant | kernel / module | kills | first killers (smoke cases in bold) | smoke case that kills it |",
+            "|---|---|---:|---|---|"]
     for m in mutants:
         ks = kill_map.get(m.name)
         if ks is None:
-            rows.append(f"| {m.name} | {m.kernel} / {m.module} | - | not in the kill map |")
+            rows.append(f"| {m.name} | {m.kernel} / {m.module} | - | not in the kill map | |")
             continue
         cells = [f"**`{k}`**" if k in smoke_set else f"`{k}`" for k in ks[:3]]
         if len(ks) > 3:
             cells[-1] += f" (+{len(ks) - 3} more)"
-        rows.append(f"| {m.name} | {m.kernel} / {m.module} | {len(ks)} | {'<br>'.join(cells) or 'SURVIVES'} |")
+        in_smoke = [k for k in (smoke or []) if k in ks]
+        rows.append(f"| {m.name} | {m.kernel} / {m.module} | {len(ks)} | {'<br>'.join(cells) or 'SURVIVES'} | "
+                    f"{f'`{in_smoke[0]}`' if in_smoke else '-'} |")
     return "\n".join(rows) + "\n"
 
 
+_MSG_LINE = re.compile(r"^- \*\*(?P<name>[^*]+)\*\* on `(?P<case>[^`]+)`: (?P<msg>.*)$")
+
+
+def _stored_messages() -> dict[str, dict[str, str]]:
+    """First-killer messages of the current kill_map.md, so `--report` keeps them."""
+    out: dict[str, dict[str, str]] = {}
+    if KILL_REPORT_FILE.exists():
+        for ln in KILL_REPORT_FILE.read_text().splitlines():
+            mt = _MSG_LINE.match(ln)
+            if mt:
+                out.setdefault(mt["name"], {})[mt["case"]] = mt["msg"]
+    return out
+
+
+def first_killer_messages(kill_map: dict, jobs: int = 1) -> dict[str, dict[str, str]]:
+    """Re-run each mutant on its first killer only (in a subprocess) for the failure message."""
+    todo = [m for m in load_mutants() if kill_map.get(m.name)]
+
+    def one(m):
+        return m.name, run_isolated(m, kill_map[m.name][:1])
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return dict(pool.map(one, todo))
+
+
 def write_report(kill_map: dict, smoke: list[str], messages: Optional[dict] = None) -> str:
+    """Write fixtures/kill_map.md. Without `messages`, the first-killer messages already in
+    the file are kept where the first killer is unchanged."""
     mutants = load_mutants()
+    if messages is None:
+        messages = _stored_messages()
     by_case: dict[str, int] = {}
     for ks in kill_map.values():
         for k in ks:
@@ -307,7 +360,8 @@ def write_report(kill_map: dict, smoke: list[str], messages: Optional[dict] = No
             "kills a mutant when it fails on it (wrong result, NaN, exception, crash or hang).",
             "", f"{len(mutants)} mutants, {sum(1 for m in mutants if kill_map.get(m.name))} killed; "
             f"{len(order)} parity cases, {len(order) - len(dead)} kill at least one mutant; "
-            f"smoke set: {len(smoke)} cases (fixtures/smoke_set.txt).", "",
+            f"smoke set: {len(smoke)} cases (fixtures/smoke_set.txt; greedy cover, the exact minimum "
+            f"is {minimum_cover_size(kill_map)}).", "",
             report_table(kill_map, mutants, smoke)]
     if messages:
         text += ["## How the first killer fails each mutant", ""]
@@ -355,6 +409,8 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=1, help="mutants run at a time (one subprocess each)")
     ap.add_argument("--report", action="store_true",
                     help="print the stored kill map as a table and rewrite fixtures/kill_map.md; runs nothing")
+    ap.add_argument("--explain", action="store_true",
+                    help="with --report: re-run each mutant on its first killer for the failure message")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--cases", help=argparse.SUPPRESS)
     ap.add_argument("--progress", help=argparse.SUPPRESS)
@@ -367,7 +423,7 @@ def main(argv=None):
         if not old:
             raise SystemExit(f"{KILL_MAP_FILE} is missing; build it with `{REGENERATE}`")
         smoke = read_smoke()
-        write_report(old, smoke)
+        write_report(old, smoke, first_killer_messages(old, args.jobs) if args.explain else None)
         print_table(old, smoke)
         return 0
     new, messages = build_kill_map(args.only, args.jobs)
