@@ -77,6 +77,7 @@ def load_mutants(path: pathlib.Path = MUTANTS_FILE) -> list[Mutant]:
 
 
 _LOADED: dict[str, object] = {}
+_TMP_ENV = "DECODE_CONFORMANCE_MUTANT_TMP"
 _TMP = None
 
 
@@ -90,7 +91,8 @@ def mutant_kernel(m: Mutant):
         raise ValueError(f"mutant {m.name}: snippet occurs {n} times in kernels/{m.module}.py (expected exactly 1); "
                          "update fixtures/mutants.toml")
     if _TMP is None:
-        _TMP = tempfile.mkdtemp(prefix="dc_mutants_")
+        # Under run_isolated: inside the parent's scratch folder, removed even if this worker crashes.
+        _TMP = tempfile.mkdtemp(prefix="dc_mutants_", dir=os.environ.get(_TMP_ENV) or None)
         sys.path.insert(0, _TMP)
         atexit.register(shutil.rmtree, _TMP, True)
     pkg = "dc_mutant_" + "".join(ch if ch.isalnum() else "_" for ch in m.name)
@@ -223,6 +225,7 @@ def run_isolated(m: Mutant, case_ids: list[str], stop_at_first: bool = False,
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     remaining = list(case_ids)
     with tempfile.TemporaryDirectory(prefix="dc_mutant_run_") as tmp:
+        env[_TMP_ENV] = tmp
         attempt = 0
         while remaining:
             attempt += 1
@@ -248,7 +251,7 @@ def run_isolated(m: Mutant, case_ids: list[str], stop_at_first: bool = False,
                         proc.kill()
                         proc.wait()
                         hung = True
-            running, done, finished = None, False, 0
+            running, done = None, False
             for ln in progress.read_text().splitlines():
                 word, _, rest = ln.partition(" ")
                 if word == "done":
@@ -259,7 +262,7 @@ def run_isolated(m: Mutant, case_ids: list[str], stop_at_first: bool = False,
                 if word == "start":
                     running = i
                     continue
-                running, finished = None, i + 1
+                running = None
                 if word == "fail":
                     kills[remaining[i]] = msg
             if done:
@@ -432,7 +435,7 @@ def main(argv=None):
     kill_map = {k: v for k, v in sorted(kill_map.items()) if k in current}
     KILL_MAP_FILE.write_text(json.dumps(kill_map, indent=1) + "\n")
     smoke = write_smoke(kill_map)
-    write_report(kill_map, smoke, messages)
+    write_report(kill_map, smoke, {**_stored_messages(), **messages} if args.only else messages)
     print_table(kill_map, smoke)
     survivors = [k for k, v in kill_map.items() if not v]
     print(f"{len(kill_map)} mutants, {len(survivors)} survivors {survivors}; smoke set {len(smoke)} cases")

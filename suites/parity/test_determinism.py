@@ -38,3 +38,23 @@ def test_bitwise_repeatable(kernel_name, case_index):
         kernel.plan(again)()
         assert torch.equal(again.out.view(torch.int16), first_out.view(torch.int16)), f"output moved on repeat {i + 2}"
         assert torch.equal(again.lse.nan_to_num(0.5), first_lse.nan_to_num(0.5)), f"LSE moved on repeat {i + 2}"
+
+
+@pytest.mark.parametrize("kernel_name", KERNELS)
+def test_same_plan_launched_twice(kernel_name):
+    """A graph-safe kernel's launch is replayed on one plan: whatever state it keeps in the
+    suite's workspace (Lean's arrival counters) must be back to its start after a launch.
+    Runs on CPU too, where the CUDA-graph tests cannot."""
+    from decode_conformance_kernels import registry
+    kernel = getattr(registry, kernel_name)()
+    if not kernel.caps.cuda_graph_safe:
+        pytest.skip(f"{kernel_name} does not declare cuda_graph_safe")
+    device = "cuda" if hardware.has_gpu() else "cpu"
+    case = CASES["gpu" if device == "cuda" else "interpreter"][0]
+    batch = prepare(kernel, case, device)
+    launch = kernel.plan(batch)
+    launch()
+    first = batch.out.clone()
+    batch.repoison_outputs()
+    launch()
+    assert torch.equal(batch.out.view(torch.int16), first.view(torch.int16)), "second launch of one plan differs"
