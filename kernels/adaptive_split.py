@@ -152,9 +152,7 @@ def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None,
     return split_rule.grid_splits(batch, tiles, sms, max_splits or split_rule.MAX_SPLITS, pps)
 
 
-def workspace_shapes(batch: int, num_q_heads: int, v_head_dim: int, splits: int):
-    """(partials [B, Hq, splits, Dv], partial lse [B, Hq, splits]), fp32; splits = plan_splits(...)."""
-    return (batch, num_q_heads, splits, v_head_dim), (batch, num_q_heads, splits)
+workspace_shapes = tc.partial_shapes
 
 
 def decode_attention_adaptive(
@@ -180,32 +178,12 @@ def decode_attention_adaptive(
     S = int(splits)
     if S < 1 or min_chunk < 1:
         raise ValueError(f"splits={splits} and min_chunk={min_chunk} must be >= 1")
-    p_shape, l_shape = workspace_shapes(B, Hq, Dv, S)
-    if partials is None:
-        partials = torch.empty(p_shape, dtype=torch.float32, device=q.device)
-    if partial_lse is None:
-        partial_lse = torch.empty(l_shape, dtype=torch.float32, device=q.device)
-    if tuple(partials.shape) != p_shape or tuple(partial_lse.shape) != l_shape:
-        raise ValueError(f"partials {tuple(partials.shape)} / partial_lse {tuple(partial_lse.shape)}: "
-                         f"expected {p_shape} / {l_shape}")
-    if partials.stride(-1) != 1 or partial_lse.stride(-1) != 1:
-        raise ValueError("partials and partial_lse need a unit last stride")
-    tiling = tc.head_tiling(Hq, Hkv)
-    dims = tc.head_dims(Dk, Dv)
-    kpage, kp, kt, kh, kd = tc.cache_addressing(k_cache)
-    vpage, vp, vt, vh, vd = tc.cache_addressing(v_cache)
-    if kpage != vpage:
-        raise ValueError("k_cache and v_cache must share a page size")
-    share_kv = tc.shares_kv(k_cache, v_cache, dims)
-    k_arg, e4m3_bits = tc.kv_operand(k_cache)
-    v_arg, _ = tc.kv_operand(v_cache)
-    cfg = tc.kernel_config(q.device, Dk, Dv, share_kv)
-    default_block_n = cfg.pop("block_n")
-    block_n = block_n or default_block_n
-    if num_warps:
-        cfg["num_warps"] = num_warps
-    if num_stages:
-        cfg["num_stages"] = num_stages
+    ctx = tc.split_k_setup(q, k_cache, v_cache, S, partials, partial_lse, block_n, num_warps, num_stages,
+                           workspace_shapes(B, Hq, Dv, S))
+    partials, partial_lse, tiling, dims = ctx.partials, ctx.partial_lse, ctx.tiling, ctx.dims
+    kpage, (kp, kt, kh, kd), (vp, vt, vh, vd) = ctx.page_size, ctx.k_strides, ctx.v_strides
+    k_arg, v_arg, e4m3_bits, share_kv = ctx.k_arg, ctx.v_arg, ctx.e4m3_bits, ctx.share_kv
+    block_n, cfg = ctx.block_n, ctx.cfg
     visible = tc.visible_arg(window)
     _adaptive_stage1[(B, tiling["kv_head_tiles"], S)](
         q, q.stride(0), q.stride(1), q.stride(2),

@@ -94,9 +94,7 @@ def _fixed_stage2(
                   Sinks, v_scale, DV, SPLIT_TILE, BLOCK_DV, HAS_SINKS, STORE_LSE)
 
 
-def workspace_shapes(batch: int, num_q_heads: int, v_head_dim: int, num_splits: int):
-    """(partials [B, Hq, S, Dv], partial lse [B, Hq, S]), both fp32."""
-    return (batch, num_q_heads, num_splits, v_head_dim), (batch, num_q_heads, num_splits)
+workspace_shapes = tc.partial_shapes
 
 
 def decode_attention_fixed(
@@ -121,32 +119,12 @@ def decode_attention_fixed(
     S = int(num_splits)
     if S < 1:
         raise ValueError(f"num_splits: expected >= 1, got {num_splits}")
-    p_shape, l_shape = workspace_shapes(B, Hq, Dv, S)
-    if partials is None:
-        partials = torch.empty(p_shape, dtype=torch.float32, device=q.device)
-    if partial_lse is None:
-        partial_lse = torch.empty(l_shape, dtype=torch.float32, device=q.device)
-    if tuple(partials.shape) != p_shape or tuple(partial_lse.shape) != l_shape:
-        raise ValueError(f"partials {tuple(partials.shape)} / partial_lse {tuple(partial_lse.shape)}: "
-                         f"expected {p_shape} / {l_shape}")
-    if partials.stride(-1) != 1 or partial_lse.stride(-1) != 1:
-        raise ValueError("partials and partial_lse need a unit last stride")
-    tiling = tc.head_tiling(Hq, Hkv)
-    dims = tc.head_dims(Dk, Dv)
-    kpage, kp, kt, kh, kd = tc.cache_addressing(k_cache)
-    vpage, vp, vt, vh, vd = tc.cache_addressing(v_cache)
-    if kpage != vpage:
-        raise ValueError("k_cache and v_cache must share a page size")
-    share_kv = tc.shares_kv(k_cache, v_cache, dims)
-    k_arg, e4m3_bits = tc.kv_operand(k_cache)
-    v_arg, _ = tc.kv_operand(v_cache)
-    cfg = tc.kernel_config(q.device, Dk, Dv, share_kv)
-    default_block_n = cfg.pop("block_n")
-    block_n = block_n or default_block_n
-    if num_warps:
-        cfg["num_warps"] = num_warps
-    if num_stages:
-        cfg["num_stages"] = num_stages
+    ctx = tc.split_k_setup(q, k_cache, v_cache, S, partials, partial_lse, block_n, num_warps, num_stages,
+                           workspace_shapes(B, Hq, Dv, S))
+    partials, partial_lse, tiling, dims = ctx.partials, ctx.partial_lse, ctx.tiling, ctx.dims
+    kpage, (kp, kt, kh, kd), (vp, vt, vh, vd) = ctx.page_size, ctx.k_strides, ctx.v_strides
+    k_arg, v_arg, e4m3_bits, share_kv = ctx.k_arg, ctx.v_arg, ctx.e4m3_bits, ctx.share_kv
+    block_n, cfg = ctx.block_n, ctx.cfg
     grid1 = (B, tiling["kv_head_tiles"], S)
     _fixed_stage1[grid1](
         q, q.stride(0), q.stride(1), q.stride(2),

@@ -386,3 +386,47 @@ def check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks):
     if sinks is not None and sinks.numel() != Hq:
         raise ValueError(f"sinks: expected {Hq} entries, got {sinks.numel()}")
     return B, Hq, k_cache.shape[-2], Dk, Dv
+
+
+def partial_shapes(batch: int, num_q_heads: int, v_head_dim: int, splits: int):
+    """Split-K scratch: (partials [B, Hq, splits, Dv], partial lse [B, Hq, splits]), both fp32."""
+    return (batch, num_q_heads, splits, v_head_dim), (batch, num_q_heads, splits)
+
+
+def split_k_setup(q, k_cache, v_cache, splits: int, partials, partial_lse, block_n, num_warps, num_stages,
+                  shapes):
+    """Host work shared by the two-stage split-K launchers: scratch (allocated when not given,
+    else checked against `shapes` = (partials shape, partial-lse shape)), GQA tiling, head-dim
+    split, cache addressing, fp8 operand form and the launch config."""
+    import types
+    import torch
+    p_shape, l_shape = shapes
+    if partials is None:
+        partials = torch.empty(p_shape, dtype=torch.float32, device=q.device)
+    if partial_lse is None:
+        partial_lse = torch.empty(l_shape, dtype=torch.float32, device=q.device)
+    if tuple(partials.shape) != p_shape or tuple(partial_lse.shape) != l_shape:
+        raise ValueError(f"partials {tuple(partials.shape)} / partial_lse {tuple(partial_lse.shape)}: "
+                         f"expected {p_shape} / {l_shape}")
+    if partials.stride(-1) != 1 or partial_lse.stride(-1) != 1:
+        raise ValueError("partials and partial_lse need a unit last stride")
+    B, Hq, Dk = q.shape
+    Hkv, Dv = k_cache.shape[-2], v_cache.shape[-1]
+    dims = head_dims(Dk, Dv)
+    kpage, kp, kt, kh, kd = cache_addressing(k_cache)
+    vpage, vp, vt, vh, vd = cache_addressing(v_cache)
+    if kpage != vpage:
+        raise ValueError("k_cache and v_cache must share a page size")
+    share_kv = shares_kv(k_cache, v_cache, dims)
+    k_arg, e4m3_bits = kv_operand(k_cache)
+    v_arg, _ = kv_operand(v_cache)
+    cfg = kernel_config(q.device, Dk, Dv, share_kv)
+    default_block_n = cfg.pop("block_n")
+    if num_warps:
+        cfg["num_warps"] = num_warps
+    if num_stages:
+        cfg["num_stages"] = num_stages
+    return types.SimpleNamespace(
+        partials=partials, partial_lse=partial_lse, tiling=head_tiling(Hq, Hkv), dims=dims, page_size=kpage,
+        k_strides=(kp, kt, kh, kd), v_strides=(vp, vt, vh, vd), share_kv=share_kv, k_arg=k_arg, v_arg=v_arg,
+        e4m3_bits=e4m3_bits, block_n=block_n or default_block_n, cfg=cfg)
