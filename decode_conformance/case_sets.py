@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import zlib
-from typing import Callable
 
 from .cases import Case
 from . import regressions
@@ -177,5 +176,3 @@ def build_set(name: str, profile: str) -> list[Case]:
         return _dedupe(parity + product_grid(profile))
     return _smoke(parity, profile)
 
-
-CASE_SETS: dict[str, Callable[[str], list[Case]]] = {n: (lambda p, n=n: build_set(n, p)) for n in SET_NAMES}

@@ -74,24 +74,6 @@ def detect_class(device_index: int = 0) -> str:
     return classify(is_hip=False, capability=(props.major, props.minor))
 
 
-def compute_units(device=None, cpu_default: int = 8) -> int:
-    """SMs on NVIDIA, CUs on AMD (torch reports both as multi_processor_count)."""
-    import torch
-    if device is None:
-        device = "cuda" if has_gpu() else "cpu"
-    device = torch.device(device)
-    if device.type != "cuda":
-        return cpu_default
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def memory_gb(device_index: int = 0) -> float:
-    if not has_gpu():
-        return 0.0
-    import torch
-    return torch.cuda.get_device_properties(device_index).total_memory / 2**30
-
-
 def visible_devices_var(rocm: Optional[bool] = None) -> str:
     """The variable that pins a process to GPUs: HIP_VISIBLE_DEVICES on ROCm."""
     if rocm is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Protocol, runtime_checkable
 
 from .batch import DecodeBatch

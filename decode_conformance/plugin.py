@@ -11,7 +11,6 @@ import faulthandler
 import json
 import os
 import sys
-import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -222,11 +221,6 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="session")
 def dc_session(request) -> Session:
     return _session(request.config)
-
-
-@pytest.fixture
-def dc_device(dc_session) -> str:
-    return dc_session.device
 
 
 @pytest.fixture

@@ -131,7 +131,3 @@ REGRESSIONS: list[Regression] = [
 
 def cases(profile: str) -> list[Case]:
     return [c for r in REGRESSIONS for c in r.cases(profile)]
-
-
-def by_label() -> dict[str, Regression]:
-    return {r.label: r for r in REGRESSIONS}
