@@ -4,7 +4,6 @@ compares against. It needs each request's keys contiguous, so the adapter gather
 the call, as it would be for a paged cache)."""
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 from decode_conformance.kernel_api import Capabilities
