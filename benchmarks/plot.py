@@ -53,7 +53,7 @@ def plot_split(d: pathlib.Path) -> pathlib.Path:
 def plot_lean(d: pathlib.Path) -> pathlib.Path:
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
     from decode_conformance import _paths
-    _paths.alias_kernels()
+    _paths.alias_checkout()
     from decode_conformance_kernels import lean_gate
     data = json.loads((d / "lean.json").read_text())
     rows = [r for r in data["rows"] if "error" not in r]

@@ -25,7 +25,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from decode_conformance import _paths  # noqa: E402
 
-_paths.alias_kernels()
+_paths.alias_checkout()
 
 from decode_conformance import timing  # noqa: E402
 from decode_conformance.cases import Case  # noqa: E402
@@ -62,9 +62,8 @@ def _time_kernel(name, case, reps):
     return us, batch
 
 
-def _sdpa_dense(batch):
+def _sdpa_dense(case, batch):
     """torch SDPA on a dense, contiguous [B, H, L, D] copy of the cache (uniform lengths)."""
-    case = batch.case
     B, L = case.batch, case.max_len
     k = batch.k_slots()[batch.kv_indices.long()].view(B, L, case.num_kv_heads, -1).transpose(1, 2).contiguous()
     v = batch.v_slots()[batch.kv_indices.long()].view(B, L, case.num_kv_heads, -1).transpose(1, 2).contiguous()
@@ -93,7 +92,7 @@ def split_sweep(reps, tbs, quick=False, deadline=float("inf")):
         try:
             ad_us, ad = _time_kernel("adaptive_split", case, reps)
             fx_us, fx = _time_kernel("fixed_split", case, reps)
-            sd_launch, sd_out = _sdpa_dense(ad)
+            sd_launch, sd_out = _sdpa_dense(case, ad)
             sd_us = timing.graph_median_us(sd_launch, "cuda", reps=reps)
             sd_launch()
             torch.cuda.synchronize()

@@ -16,7 +16,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from decode_conformance import _paths  # noqa: E402
 
-_paths.alias_kernels()
+_paths.alias_checkout()
 
 import torch  # noqa: E402
 

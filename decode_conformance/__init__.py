@@ -1,6 +1,23 @@
-"""decode-conformance: a numerical-correctness and regression suite for decode attention."""
-from .batch import DecodeBatch, Workspace
-from .cases import Case
-from .kernel_api import Capabilities, DecodeKernel
+"""decode-conformance: a numerical-correctness and regression suite for decode attention.
 
-__all__ = ["Case", "DecodeBatch", "Workspace", "Capabilities", "DecodeKernel"]
+The public names load on first use (PEP 562), so `import decode_conformance.plugin` - which
+pytest does for every run once the package is installed - imports neither torch nor Triton.
+"""
+from __future__ import annotations
+
+import importlib
+
+_PUBLIC = {
+    "Case": "cases",
+    "DecodeBatch": "batch",
+    "Workspace": "batch",
+    "Capabilities": "kernel_api",
+    "DecodeKernel": "kernel_api",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,8 +1,11 @@
-"""Where the checkout is, and how its `kernels/` folder imports as `decode_conformance_kernels`.
+"""A checkout that is not pip-installed still imports like an installed package.
 
-Called by the repository-root conftest.py and by every process the suite starts on its own
-(the isolation worker), so a kernel spec like `decode_conformance_kernels.registry:lean`
-imports the same way everywhere, with or without `pip install`.
+The wheel maps three checkout folders onto package names (pyproject.toml,
+[tool.setuptools.package-dir]): `kernels/` -> `decode_conformance_kernels`, `fixtures/` ->
+`decode_conformance.fixtures` (data, read through importlib.resources) and `suites/` ->
+`decode_conformance.suites`. Where the package is not installed (a GPU runner with no
+network, say) the repository-root conftest.py and every process the suite starts on its
+own (the isolation worker) call `alias_checkout` so the same names resolve to the folders.
 """
 from __future__ import annotations
 
@@ -11,23 +14,35 @@ import pathlib
 import sys
 from typing import Optional
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 KERNELS_PACKAGE = "decode_conformance_kernels"
+ALIASES = {KERNELS_PACKAGE: "kernels", "decode_conformance.fixtures": "fixtures",
+           "decode_conformance.suites": "suites"}
 
 
-def alias_kernels(root: Optional[pathlib.Path] = None) -> None:
-    """Put the checkout root on sys.path and, unless an installed package already provides
-    it, import `<root>/kernels` under the name `decode_conformance_kernels`. Idempotent."""
-    root = pathlib.Path(root or ROOT).resolve()
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    if KERNELS_PACKAGE in sys.modules:
+def checkout_root() -> Optional[pathlib.Path]:
+    """The checkout this package was imported from, or None when it is installed elsewhere."""
+    here = pathlib.Path(__file__).resolve().parent.parent
+    return here if (here / "pyproject.toml").exists() and (here / "kernels").is_dir() else None
+
+
+def alias_checkout(root: Optional[pathlib.Path] = None) -> None:
+    """Make each alias importable from `root` unless it already is. Idempotent."""
+    root = pathlib.Path(root).resolve() if root else checkout_root()
+    if root is None:
         return
-    init = root / "kernels" / "__init__.py"
-    if importlib.util.find_spec(KERNELS_PACKAGE) is not None or not init.exists():
-        return
-    spec = importlib.util.spec_from_file_location(KERNELS_PACKAGE, init,
-                                                  submodule_search_locations=[str(root / "kernels")])
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[KERNELS_PACKAGE] = mod
-    spec.loader.exec_module(mod)
+    for name, folder in ALIASES.items():
+        init = root / folder / "__init__.py"
+        if name in sys.modules or not init.exists():
+            continue
+        try:
+            if importlib.util.find_spec(name) is not None:
+                continue
+        except ModuleNotFoundError:
+            pass
+        spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(root / folder)])
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, mod)

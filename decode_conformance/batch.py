@@ -1,8 +1,14 @@
-"""What a kernel under test receives: tensors and metadata views of one Case.
+"""What a kernel under test receives: the tensors and host-side metadata of one decode step.
+
+This is what a serving engine has at the call site - device tensors, lengths on the host,
+the batch size, the longest request, scales, an optional split-count hint - and nothing of
+the suite's own bookkeeping (no case id, seed or data kind): a kernel that passes here was
+given no more than it will get in production.
 
 The suite owns every buffer here (design principle 1): `out` and `lse` arrive filled with
 NaN, and kernels ask `workspace` for their scratch instead of allocating it, so a value a
-kernel forgets to write - or a stale partial it merges - is a NaN in the result.
+kernel forgets to write - or a stale partial it merges - is a NaN in the result. The inputs
+are read-only: the suite checks after every launch that none of them changed.
 """
 from __future__ import annotations
 
@@ -10,8 +16,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
-
-from .cases import Case
 
 
 class Workspace:
@@ -44,6 +48,10 @@ class Workspace:
         return sum(t.numel() * t.element_size() for t in self.buffers.values())
 
 
+# The input tensors of a batch, in the order the pristine-input check reports them.
+INPUT_TENSORS = ("q", "k_cache", "v_cache", "kv_indptr", "kv_indices", "block_table", "seq_lens", "sinks")
+
+
 @dataclass
 class DecodeBatch:
     """One decode step: a query per request against a paged KV cache.
@@ -54,11 +62,15 @@ class DecodeBatch:
       - page table, vLLM/FlashAttention style: block_table [B, max_pages] int32 page ids
         (unused entries point at the null page 0) and seq_lens [B] int32.
     k_cache [pages, page_size, Hkv, Dk]; v_cache [pages, page_size, Hkv, Dv] (for MLA, a
-    strided view of k_cache's first Dv columns). Page 0 is the null page. For fp8, the true
-    key is k_cache * k_scale and the true value v_cache * v_scale.
+    strided view of k_cache's first Dv columns). Page 0 is the null page. For fp8 caches the
+    true key is k_cache * k_scale and the true value v_cache * v_scale.
+
+    Host-side metadata: `seq_lens_host` (the lengths, as the scheduler knows them), `window`
+    (visible keys in the kernel's declared convention, None = no window), `num_splits` (a
+    split count to use when the kernel declares `Capabilities.num_splits`, else a hint it may
+    ignore), `softcap` (0.0 = off).
     """
 
-    case: Case
     q: torch.Tensor
     k_cache: torch.Tensor
     v_cache: torch.Tensor
@@ -70,34 +82,56 @@ class DecodeBatch:
     out: torch.Tensor
     lse: torch.Tensor
     workspace: Workspace
-    seed: int
-    window: Optional[int] = None  # in the kernel's declared convention; set by the harness
-    extras: dict = field(default_factory=dict)
+    seq_lens_host: tuple[int, ...]
+    page_size: int
+    sm_scale: float
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+    softcap: float = 0.0
+    window: Optional[int] = None
+    num_splits: Optional[int] = None
+    extras: dict = field(default_factory=dict)  # a kernel may record what it chose here
 
     @property
     def device(self) -> torch.device:
         return self.q.device
 
     @property
-    def page_size(self) -> int:
-        return self.case.page_size
+    def batch_size(self) -> int:
+        return self.q.shape[0]
 
     @property
-    def sm_scale(self) -> float:
-        return self.case.sm_scale
+    def num_q_heads(self) -> int:
+        return self.q.shape[1]
 
     @property
-    def k_scale(self) -> float:
-        return self.case.scales[0]
+    def num_kv_heads(self) -> int:
+        return self.k_cache.shape[-2]
 
     @property
-    def v_scale(self) -> float:
-        return self.case.scales[1]
+    def group(self) -> int:
+        return self.num_q_heads // self.num_kv_heads
 
     @property
-    def softcap(self) -> float:
-        """0.0 means off, the convention of sglang's logit_cap."""
-        return float(self.case.softcap or 0.0)
+    def head_dim(self) -> int:
+        return self.q.shape[-1]
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.v_cache.shape[-1]
+
+    @property
+    def max_seq_len(self) -> int:
+        return max(self.seq_lens_host) if self.seq_lens_host else 0
+
+    @property
+    def v_from_k(self) -> bool:
+        """MLA: V is the first v_head_dim columns of K (one latent KV head)."""
+        return self.v_head_dim < self.head_dim and self.v_cache.data_ptr() == self.k_cache.data_ptr()
+
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        return self.k_cache.dtype
 
     def k_slots(self) -> torch.Tensor:
         """k_cache as [slots, Hkv, Dk] (slot = page * page_size + offset)."""
@@ -105,6 +139,9 @@ class DecodeBatch:
 
     def v_slots(self) -> torch.Tensor:
         return self.v_cache.flatten(0, 1)
+
+    def inputs(self) -> dict[str, Optional[torch.Tensor]]:
+        return {name: getattr(self, name) for name in INPUT_TENSORS}
 
     def repoison_outputs(self) -> None:
         self.out.fill_(float("nan"))

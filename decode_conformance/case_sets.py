@@ -1,55 +1,214 @@
-"""Named case sets, built from axis tables. Data first, generators after.
+"""Named case sets, built from one axis table. Data first, generators after.
 
-How to add a case axis: add a field to `Case` (cases.py: validation + id token), teach
-`factories.build` and `reference.reference` what it means, then add its values to the axis
-table below; `parity` varies each axis one at a time around a base case (every value of
-every axis meets every kernel), `full` takes the product of the main axes.
+    parity   a pairwise covering array over the axis table (every pair of values of two axes
+             in at least one valid case that each kernel can run, after its capability skips)
+             plus the regression cases (regressions.py)
+    smoke    a few parity cases that cover every axis value and kill every mutant that can be
+             killed on the profile (fixtures/smoke_set.txt, written by `python ci/mutation.py`)
+    full     parity plus the product of dtype x layout x heads x head dim (64, 128)
+    fuzz     no fixed cases: suites/parity/test_fuzz.py draws them with hypothesis (fuzz.py)
+    trace:PATH  the workloads of a FlashInfer-Trace workload file (trace.py)
 
-Two profiles size the cases: `interpreter` (CPU, Triton's interpreter: a few hundred keys
-per request, still enough that every split of every split count is non-empty somewhere)
-and `gpu` (native sizes up to 128k keys).
+One recipe list serves both profiles: a recipe is one value per axis, and `realize` sizes it:
+`interpreter` (CPU, Triton's interpreter: two KV heads, a few hundred keys, "long" means more
+than 256 keys) and `gpu` (eight KV heads, "long" means more than 8k keys, up to 128k keys).
+`classify` maps any case back to its axis values; realize(recipe) must classify back to the
+recipe exactly, so coverage is counted on the cases themselves (regression cases included).
+
+How to add a case axis: add a field to `Case` (cases.py: validation + id token) if the axis
+needs one, teach `factories.build` and `reference.reference` what it means, add the axis and
+its values to AXES (preferred/cheapest value first) with a line in AXIS_DOCS, say how a value
+sets the case in `_value_fields` / `_shape` and how a case shows it in `classify`, and add a
+Constraint for value combinations that cannot exist. `python -m decode_conformance.coverage`
+then shows the new pairs; the parity set grows to cover them. Case ids change: regenerate
+the kill map (`python ci/mutation.py --jobs 2`). docs/cases.md has the table and examples.
 """
 from __future__ import annotations
 
-import itertools
+import dataclasses
+import functools
+import math
 import zlib
+from dataclasses import dataclass
+from typing import Iterable, Optional
 
-from .cases import Case
 from . import regressions
+from .cases import Case
+from .kernel_api import Capabilities
+from .pairwise import Constraint, CoveringProblem
 
-SET_NAMES = ("smoke", "parity", "full")
+SET_NAMES = ("smoke", "parity", "full", "fuzz")
+TRACE_PREFIX = "trace:"  # --case-set=trace:PATH
 PROFILES = ("interpreter", "gpu")
 
-# ---- axis tables -------------------------------------------------------------------
-DTYPE_AXIS = ("bf16", "fp16", "e4m3", "e5m2")
-LAYOUT_AXIS = (("contig", 1), ("paged", 1), ("paged", 16), ("paged", 64), ("paged", 256))
-# (num_q_heads, num_kv_heads): MHA, GQA groups 2, 4, 5, 8, 16, MQA
-HEADS_AXIS = ((4, 4), (8, 4), (8, 2), (10, 2), (16, 2), (16, 1), (4, 1))
-HEAD_DIM_AXIS = (64, 80, 96, 128, 256)
-MLA_AXIS = ((576, 512), (288, 256))  # (Lk, Lv): latent + rope
-SOFTCAP_VALUES = (30.0,)
-
-# Request lengths. Long next to short, 1-length rows, 0-length CUDA-graph padding rows.
-BATCHES = {
-    "interpreter": {
-        "base": (300, 1, 77, 129),
-        "ragged": (1, 513, 7, 0, 200),
-        "padding": (0, 257, 0, 3),
-        "single": (1000,),
-        "long": (2049,),
-    },
-    "gpu": {
-        "base": (4097, 1, 300, 32769),
-        "ragged": (1, 32769, 7, 4096, 0, 131072),
-        "padding": (0, 8191, 0, 3),
-        "single": (131072,),
-        "long": (65537, 131072, 1024, 7),
-    },
+# ---- the axis table ---------------------------------------------------------------------------
+# Values in order of preference: on a tie the generator takes the earlier (cheaper) one.
+AXES: dict[str, tuple[str, ...]] = {
+    "kv_dtype": ("bf16", "fp16", "e4m3", "e5m2"),
+    "layout": ("paged16", "contig", "paged1", "paged64", "paged256", "paged16-kv2"),
+    "heads": ("g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8", "mqa"),
+    "head_dim": ("d64", "d80", "d96", "d128", "d256", "mla576", "mla288"),
+    "window": ("none", "counts-current", "excludes-current"),
+    "window_start": ("-", "page-start", "page-start+1", "page-end", "before-start"),
+    "window_keys": ("-", "split", "split+1", "split-1"),
+    "softcap": ("off", "30"),
+    "sinks": ("off", "on"),
+    "lengths": ("zero-one", "long-short", "all-long", "split-edge"),
 }
-# Windows chosen so the first visible key falls inside a page and inside a split.
-WINDOWS = {"interpreter": (37, 100, 250), "gpu": (37, 1000, 4095)}
+AXIS_DOCS = {
+    "kv_dtype": "KV cache dtype (fp8 caches pair with bf16 queries and non-unit, unequal k/v scales)",
+    "layout": "contiguous slots, or pages of 1/16/64/256 slots; paged16-kv2: K and V pages interleaved in one "
+              "tensor (a page stride that is not page_size slots)",
+    "heads": "GQA group (query heads per KV head; g1 = MHA) with 2 KV heads (interpreter) or 8 (GPU); mqa: one KV "
+             "head under 16 (interpreter) or 32 (GPU) query heads. MLA has one latent KV head: the value is its "
+             "query-head count (mqa: 16 / 32)",
+    "head_dim": "head dim 64/80/96/128/256 (V the same), or the MLA rope splits 576/512 (DeepSeek) and 288/256",
+    "window": "no sliding window, or one given in either convention (counts the current token, or excludes it)",
+    "window_start": "where the first visible key of the longest request falls: on a page's first slot, its second, "
+                    "its last, or before the request (window wider than every request)",
+    "window_keys": "visible keys vs the split unit U of the shipped split rules (64 interpreter, 128 GPU): a multiple "
+                   "of U, one more (a 1-key last split/tile) or one less",
+    "softcap": "no soft-cap, or cap 30 (Grok; Gemma-2 uses 50)",
+    "sinks": "per-head attention sinks (denominator only)",
+    "lengths": "the batch: a 0-length and a 1-length row next to a short one; a long request next to a short one; "
+               "all long; three requests at a split boundary -1, +0, +1 of every shipped split rule",
+}
+MLA_SHAPES = {"mla576": (576, 512), "mla288": (288, 256)}
 
-BASE = dict(kv_dtype="bf16", num_q_heads=8, num_kv_heads=2, head_dim=64, layout="paged", page_size=16)
+
+# ---- profile sizing ---------------------------------------------------------------------------
+# The split rules of the shipped kernels, for window_keys and the split-edge lengths. split_rule
+# is pure python and imported; fixed_split.py and lean.py define Triton kernels, so their
+# constants are mirrored here (suites/selftest/test_pairwise.py holds them equal).
+FIXED_SPLIT_ALIGN = 32  # fixed_split.SPLIT_ALIGN: splits are multiples of 32 keys
+FIXED_DEFAULT_SPLITS = 8  # fixed_split.DEFAULT_SPLITS
+LEAN_BLOCK_N = {"interpreter": 64, "gpu": 128}  # lean.launch_defaults: key tile on cpu / NVIDIA (Dk <= 128)
+EDGE_AT_LEAST = {"interpreter": 256, "gpu": 32768}
+
+
+@functools.lru_cache(maxsize=None)
+def split_unit(profile: str) -> int:
+    """U: every shipped kernel's split or key-tile boundaries fall on multiples of it."""
+    from decode_conformance_kernels import split_rule
+    return math.lcm(FIXED_SPLIT_ALIGN, split_rule.KEY_BLOCK, LEAN_BLOCK_N[profile])
+
+
+@functools.lru_cache(maxsize=None)
+def split_edge(profile: str) -> int:
+    """A length at which every shipped rule's splits end exactly: fixed split's 8 x 32-aligned
+    splits, adaptive's MIN_CHUNK chunks of KEY_BLOCK blocks, Lean's key tiles."""
+    from decode_conformance_kernels import split_rule
+    step = math.lcm(split_unit(profile), FIXED_SPLIT_ALIGN * FIXED_DEFAULT_SPLITS, 2 * split_rule.MIN_CHUNK)
+    return -(-EDGE_AT_LEAST[profile] // step) * step
+
+
+@dataclass(frozen=True)
+class Sizing:
+    long: int  # a request is long above this many keys
+    kv_heads: int
+    mqa_q_heads: int
+    window_units: int  # windows span about this many split units
+    lengths: dict  # regime -> lengths without a window (the longest may grow to place a window)
+
+
+SIZES = {
+    "interpreter": Sizing(long=256, kv_heads=2, mqa_q_heads=16, window_units=1,
+                          lengths={"zero-one": (0, 45, 1), "long-short": (300, 17), "all-long": (477, 300)}),
+    "gpu": Sizing(long=8192, kv_heads=8, mqa_q_heads=32, window_units=32,
+                  lengths={"zero-one": (0, 3001, 1), "long-short": (40001, 17), "all-long": (131072, 65537)}),
+}
+
+
+def regime_lengths(profile: str, regime: str) -> tuple[int, ...]:
+    if regime == "split-edge":
+        b = split_edge(profile)
+        return (b - 1, b, b + 1)
+    return SIZES[profile].lengths[regime]
+
+
+# ---- recipe -> case ---------------------------------------------------------------------------
+BASE_FIELDS = dict(kv_dtype="bf16", num_q_heads=4, num_kv_heads=2, head_dim=64, seq_lens=(1,), layout="paged",
+                   page_size=16)
+
+
+def _page_size(layout: str) -> int:
+    if layout == "contig":
+        return 1
+    return int(layout.split("-")[0][len("paged"):])
+
+
+def _value_fields(axis: str, value: str, profile: str) -> dict:
+    """The Case fields one axis value sets by itself (lengths and window sizes come from `_shape`)."""
+    S = SIZES[profile]
+    if axis == "kv_dtype":
+        return {"kv_dtype": value}
+    if axis == "layout":
+        if value == "contig":
+            return {"layout": "contig", "page_size": 1}
+        return {"layout": "paged", "page_size": _page_size(value), "combined_kv": value.endswith("-kv2")}
+    if axis == "heads":
+        if value == "mqa":
+            return {"num_kv_heads": 1, "num_q_heads": S.mqa_q_heads}
+        g = int(value[1:])
+        return {"num_kv_heads": S.kv_heads, "num_q_heads": g * S.kv_heads}
+    if axis == "head_dim":
+        if value in MLA_SHAPES:
+            dk, dv = MLA_SHAPES[value]
+            return {"head_dim": dk, "v_head_dim": dv, "mla": True, "num_kv_heads": 1}
+        d = int(value[1:])
+        return {"head_dim": d, "v_head_dim": d, "mla": False}
+    if axis == "window":
+        return {"window": None} if value == "none" else {"window": 5, "window_convention": value}
+    if axis == "softcap":
+        return {"softcap": None if value == "off" else float(value)}
+    if axis == "sinks":
+        return {"sinks": value == "on"}
+    return {}  # lengths, window_start, window_keys: sizes, not capabilities
+
+
+def _smallest_at_least(lo: int, residue: int, modulus: int) -> int:
+    """The smallest n >= lo with n % modulus == residue."""
+    return lo + (residue - lo) % modulus
+
+
+def _shape(regime: str, page: int, window: str, wstart: str, wkeys: str, profile: str):
+    """(lengths, visible keys or None) placing the window as asked, or None when impossible."""
+    base = regime_lengths(profile, regime)
+    if window == "none":
+        return (base, None) if wstart == "-" and wkeys == "-" else None
+    if wstart == "-":
+        return None
+    if wstart == "before-start":
+        return (base, max(base) + 7) if wkeys == "-" else None
+    if wkeys == "-":
+        return None
+    if page == 1 and wstart != "page-start":
+        return None  # with one slot per page every key starts a page
+    residue = {"page-start": 0, "page-start+1": 1, "page-end": page - 1}[wstart]
+    delta = {"split": 0, "split+1": 1, "split-1": -1}[wkeys]
+    U = split_unit(profile)
+    k0 = SIZES[profile].window_units
+    need_vis = 2 if window == "excludes-current" else 1
+    if regime == "split-edge":  # the lengths are fixed: find a window size that lands right
+        L = max(base)
+        for k in sorted(range(1, L // U + 1), key=lambda k: (abs(k - k0), k)):
+            vis = k * U + delta
+            if need_vis <= vis < L and (L - vis) % page == residue:
+                return base, vis
+        return None
+    vis = k0 * U + delta
+    others = sorted(base)[:-1]
+    lo = {"zero-one": 1, "long-short": SIZES[profile].long + 1, "all-long": max(others)}[regime]
+    start = _smallest_at_least(max(1, lo - vis), residue, page)
+    L = vis + start
+    lengths = tuple(L if n == max(base) else n for n in base)
+    return lengths, vis
+
+
+def _window_value(vis: Optional[int], convention: str) -> Optional[int]:
+    if vis is None:
+        return None
+    return vis if convention == "counts-current" else vis - 1
 
 
 def seeded(case: Case) -> Case:
@@ -57,122 +216,274 @@ def seeded(case: Case) -> Case:
     return case.replace(seed=zlib.crc32(case.replace(seed=0).id.encode()) & 0x7FFFFFFF)
 
 
-def _base(profile: str, lens: str = "base", **kw) -> Case:
-    fields = dict(BASE, seq_lens=BATCHES[profile][lens])
-    fields.update(kw)
-    return Case(**fields)
+def realize(recipe: dict, profile: str) -> Optional[Case]:
+    """The case of a recipe (one value per axis) in a profile; None when the values cannot go
+    together. The case classifies back to exactly the recipe."""
+    case = _unseeded(recipe, profile)
+    return None if case is None else seeded(case)
 
 
-def _layout(layout_page):
-    layout, page = layout_page
-    return dict(layout=layout, page_size=page)
+def _unseeded(recipe: dict, profile: str) -> Optional[Case]:
+    fields = dict(BASE_FIELDS)
+    for axis in AXES:
+        fields.update(_value_fields(axis, recipe[axis], profile))
+    if fields.get("mla"):
+        heads = recipe["heads"]
+        fields["num_q_heads"] = SIZES[profile].mqa_q_heads if heads == "mqa" else int(heads[1:])
+        fields["num_kv_heads"] = 1
+    shape = _shape(recipe["lengths"], fields["page_size"], recipe["window"], recipe["window_start"],
+                   recipe["window_keys"], profile)
+    if shape is None:
+        return None
+    lengths, vis = shape
+    fields["seq_lens"] = tuple(lengths)
+    fields["window"] = _window_value(vis, recipe["window"])
+    try:
+        case = Case(**fields)
+    except ValueError:
+        return None
+    if classify(case, profile) != dict(recipe):
+        return None
+    return case
 
 
-def one_axis_at_a_time(profile: str) -> list[Case]:
-    cases = []
-    for dt in DTYPE_AXIS:
-        cases.append(_base(profile, kv_dtype=dt))
-    for lp in LAYOUT_AXIS:
-        for dt in ("bf16", "e4m3"):
-            cases.append(_base(profile, kv_dtype=dt, **_layout(lp)))
-    for lp in (("paged", 1), ("paged", 16)):  # K/V pages interleaved: page stride != P slots
-        cases.append(_base(profile, combined_kv=True, **_layout(lp)))
-        cases.append(_base(profile, "ragged", combined_kv=True, kv_dtype="e5m2", window=WINDOWS[profile][0],
-                           **_layout(lp)))
-    for hq, hkv in HEADS_AXIS:
-        cases.append(_base(profile, num_q_heads=hq, num_kv_heads=hkv))
-    for d in HEAD_DIM_AXIS:
-        cases.append(_base(profile, head_dim=d, kv_dtype="fp16"))
-    for (lk, lv), dt, lp in itertools.product(MLA_AXIS, ("bf16", "e4m3"), (("paged", 1), ("paged", 64))):
-        cases.append(_base(profile, "ragged", num_q_heads=16, num_kv_heads=1, head_dim=lk, v_head_dim=lv,
-                           mla=True, kv_dtype=dt, **_layout(lp)))
-    for w in WINDOWS[profile]:
-        for conv in ("counts-current", "excludes-current"):
-            cases.append(_base(profile, window=w, window_convention=conv))
-        cases.append(_base(profile, window=w, kv_dtype="e4m3", page_size=64))
-    cases.append(_base(profile, "ragged", num_q_heads=16, num_kv_heads=1, head_dim=576, v_head_dim=512, mla=True,
-                       window=WINDOWS[profile][1]))
-    for lens in ("ragged", "padding", "single", "long"):
-        cases.append(_base(profile, lens))
-    for cap in SOFTCAP_VALUES:
-        cases.append(_base(profile, softcap=cap))
-        cases.append(_base(profile, softcap=cap, kv_dtype="fp16", window=WINDOWS[profile][0]))
-    cases.append(_base(profile, sinks=True))
-    cases.append(_base(profile, "padding", sinks=True, window=WINDOWS[profile][0]))
-    cases.append(_base(profile, sinks=True, softcap=SOFTCAP_VALUES[0], kv_dtype="e5m2"))
-    return cases
+# ---- case -> axis values ------------------------------------------------------------------------
+def _regime(lens: tuple[int, ...], profile: str) -> Optional[str]:
+    b = split_edge(profile)
+    present = set(lens)
+    if {b - 1, b, b + 1} <= present:
+        return "split-edge"
+    if 0 in present and 1 in present:
+        return "zero-one"
+    long = SIZES[profile].long
+    if len(lens) >= 2 and all(n > long for n in lens):
+        return "all-long"
+    if max(lens) > long and min(lens) <= split_unit(profile):
+        return "long-short"
+    return None
 
 
-def product_grid(profile: str) -> list[Case]:
-    cases = []
-    for dt, lp, (hq, hkv), d in itertools.product(DTYPE_AXIS, LAYOUT_AXIS, HEADS_AXIS, (64, 128)):
-        cases.append(_base(profile, "ragged", kv_dtype=dt, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, **_layout(lp)))
-    return cases
+def classify(case: Case, profile: str) -> dict[str, str]:
+    """The axis values of any case (pairwise, regression, fuzz, trace); axes whose value is not
+    in the table are left out."""
+    out: dict[str, Optional[str]] = {"kv_dtype": case.kv_dtype}
+    P = case.page_size if case.layout == "paged" else 1
+    if case.layout == "contig":
+        out["layout"] = "contig"
+    else:
+        out["layout"] = f"paged{P}" + ("-kv2" if case.combined_kv else "")
+    S = SIZES[profile]
+    if case.mla:
+        out["heads"] = "mqa" if case.num_q_heads == S.mqa_q_heads else f"g{case.num_q_heads}"
+        out["head_dim"] = next((k for k, v in MLA_SHAPES.items() if v == (case.head_dim, case.v_head_dim)), None)
+    else:
+        out["heads"] = "mqa" if case.num_kv_heads == 1 else f"g{case.group}"
+        out["head_dim"] = f"d{case.head_dim}" if case.v_head_dim == case.head_dim else None
+    out["window"] = "none" if case.window is None else case.window_convention
+    L = max(case.seq_lens)
+    if case.window is None:
+        out["window_start"] = out["window_keys"] = "-"
+    elif case.visible_keys > L:
+        out["window_start"], out["window_keys"] = "before-start", "-"
+    else:
+        vis = case.visible_keys
+        s = (L - vis) % P
+        out["window_start"] = ("page-start" if s == 0 else "page-end" if s == P - 1 else
+                               "page-start+1" if s == 1 else None)
+        r = vis % split_unit(profile)
+        out["window_keys"] = {0: "split", 1: "split+1", split_unit(profile) - 1: "split-1"}.get(r)
+    out["softcap"] = "off" if case.softcap is None else (f"{case.softcap:g}" if f"{case.softcap:g}" in AXES["softcap"]
+                                                          else None)
+    out["sinks"] = "on" if case.sinks else "off"
+    out["lengths"] = _regime(case.seq_lens, profile)
+    return {a: v for a, v in out.items() if v is not None and v in AXES[a]}
 
 
-def _dedupe(cases: list[Case]) -> list[Case]:
-    seen, out = set(), []
-    for c in cases:
-        c = seeded(c) if c.seed == 0 else c
-        if c.id not in seen:
-            seen.add(c.id)
-            out.append(c)
+# ---- constraints and capability groups --------------------------------------------------------
+SHAPE_AXES = ("lengths", "layout", "window", "window_start", "window_keys")
+
+
+@functools.lru_cache(maxsize=None)
+def constraints() -> tuple[Constraint, ...]:
+    """Value combinations that can exist, in both profiles."""
+    def shape_ok(regime, layout, window, wstart, wkeys):
+        recipe = dict(kv_dtype="bf16", layout=layout, heads="g2", head_dim="d64", window=window,
+                      window_start=wstart, window_keys=wkeys, softcap="off", sinks="off", lengths=regime)
+        return all(_unseeded(recipe, p) is not None for p in PROFILES)
+
+    return (
+        Constraint.from_predicate(AXES, SHAPE_AXES, shape_ok,
+                                  "lengths, page size and window placement must fit together (both profiles)"),
+        Constraint.from_predicate(AXES, ("layout", "head_dim"),
+                                  lambda lay, hd: not (lay.endswith("-kv2") and hd in MLA_SHAPES),
+                                  "interleaved K/V pages hold separate K and V: not MLA"),
+    )
+
+
+# Kernel capability shapes the parity set is generated for: every shipped kernel has one of
+# them (python -m decode_conformance.coverage checks each registered kernel on its own caps).
+CAPABILITY_GROUPS = {
+    "all features": Capabilities(),  # fixed_split, adaptive_split, dispatch, torch_gather
+    "no soft-cap or sinks": Capabilities(softcap=False, sinks=False),  # lean, torch_sdpa
+    "fp8 KV only": Capabilities(kv_dtypes=frozenset({"e4m3", "e5m2"})),  # adaptive_split_fp8mma
+}
+
+
+def _probe(fields: dict) -> Case:
+    """A Case carrying `fields` without validation: capabilities look at single fields, so a
+    probe answers 'does the kernel take this value' whatever the other fields are."""
+    c = object.__new__(Case)
+    for f in dataclasses.fields(Case):
+        default = f.default if f.default is not dataclasses.MISSING else None
+        object.__setattr__(c, f.name, fields.get(f.name, default))
+    return c
+
+
+def value_domains(caps: Capabilities, device_type: str = "cpu") -> dict[str, tuple[str, ...]]:
+    """{axis: the values a kernel with `caps` can run}. Each value of an axis is probed on the
+    same base case; the reasons every value of the axis shares come from the base's other
+    fields, so a value is allowed when `caps.missing_for` gives it no reason of its own."""
+    out = {}
+    for axis, values in AXES.items():
+        reasons = {}
+        for v in values:
+            fields = dict(BASE_FIELDS, v_head_dim=64)
+            fields.update(_value_fields(axis, v, "interpreter"))
+            reasons[v] = set(caps.missing_for(_probe(fields), device_type))
+        common = set.intersection(*reasons.values())
+        out[axis] = tuple(v for v in values if reasons[v] <= common)
     return out
 
 
-SMOKE_FILE = "fixtures/smoke_set.txt"
-SMOKE_REGENERATE = "python -m decode_conformance.mutation --jobs 2"
+def covering_problem(groups: Optional[dict[str, Capabilities]] = None, device_type: str = "cpu") -> CoveringProblem:
+    groups = CAPABILITY_GROUPS if groups is None else groups
+    return CoveringProblem(AXES, constraints(), {g: value_domains(c, device_type) for g, c in groups.items()})
+
+
+@functools.lru_cache(maxsize=None)
+def pairwise_recipes() -> tuple[tuple[tuple[str, str], ...], ...]:
+    """The parity set's recipes: a pairwise covering array for every capability group."""
+    rows = covering_problem().generate()
+    for r in rows:
+        for p in PROFILES:
+            if realize(r, p) is None:
+                raise RuntimeError(f"pairwise recipe {r} does not realize in the {p} profile")
+    return tuple(tuple((a, r[a]) for a in AXES) for r in rows)
+
+
+def recipe_key(recipe: dict) -> str:
+    return "pw:" + ",".join(f"{a}={recipe[a]}" for a in AXES)
+
+
+# ---- the sets ----------------------------------------------------------------------------------
+def _dedupe(entries: Iterable[tuple[str, Case]]) -> list[tuple[str, Case]]:
+    seen, out = set(), []
+    for key, c in entries:
+        c = seeded(c) if c.seed == 0 else c
+        if c.id not in seen:
+            seen.add(c.id)
+            out.append((key, c))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _parity_entries(profile: str) -> tuple[tuple[str, Case], ...]:
+    """(recipe key, case) of the parity set: the same key names the same recipe in both
+    profiles (a pairwise recipe, or the i-th case of a regression record)."""
+    entries = [(recipe_key(dict(r)), realize(dict(r), profile)) for r in pairwise_recipes()]
+    for reg in regressions.REGRESSIONS:
+        entries += [(f"{reg.label}#{i}", c) for i, c in enumerate(reg.cases(profile))]
+    return tuple(_dedupe(entries))
+
+
+def parity_keys(profile: str) -> dict[str, str]:
+    """{case id: recipe key} of the parity set."""
+    return {c.id: k for k, c in _parity_entries(profile)}
+
+
+def product_grid(profile: str) -> list[Case]:
+    out = []
+    fixed = dict(window="none", window_start="-", window_keys="-", softcap="off", sinks="off", lengths="long-short")
+    for dt in AXES["kv_dtype"]:
+        for lay in AXES["layout"]:
+            for heads in AXES["heads"]:
+                for hd in ("d64", "d128"):
+                    c = realize(dict(fixed, kv_dtype=dt, layout=lay, heads=heads, head_dim=hd), profile)
+                    if c is not None:
+                        out.append(c)
+    return out
+
+
+SMOKE_FILE = "smoke_set.txt"  # in the shipped data (decode_conformance.fixtures)
+SMOKE_REGENERATE = "python ci/mutation.py --jobs 2"
+GPU_ONLY_PREFIX = "gpu "  # smoke_set.txt: a GPU-profile case with no interpreter twin
+
+
+def _smoke_lines() -> tuple[frozenset, frozenset]:
+    from .resources import data_path
+    p = data_path(SMOKE_FILE)
+    if not p.exists():
+        raise FileNotFoundError(f"case set 'smoke': {p} is missing. It is derived from the mutation kill map; "
+                                f"regenerate it with `{SMOKE_REGENERATE}`.")
+    interp, gpu = set(), set()
+    for line in p.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith(GPU_ONLY_PREFIX):
+            gpu.add(line[len(GPU_ONLY_PREFIX):].strip())
+        else:
+            interp.add(line)
+    if not interp:
+        raise ValueError(f"case set 'smoke': {p} lists no case ids; regenerate it with `{SMOKE_REGENERATE}`.")
+    return frozenset(interp), frozenset(gpu)
 
 
 def smoke_ids() -> frozenset[str]:
-    """The smoke set is stored as case ids of the interpreter parity set (fixtures/smoke_set.txt),
-    derived from the mutation kill map and kept in sync by suites/selftest/test_mutants.py.
+    """The interpreter-profile ids of the smoke set (fixtures/smoke_set.txt, written by the
+    mutation tool from the kill map and the axis table; checked by suites/selftest/test_mutants.py).
     A missing or empty file is an error, never a silent stand-in."""
-    from pathlib import Path
-    p = Path(__file__).resolve().parent.parent / SMOKE_FILE
-    if not p.exists():
-        raise FileNotFoundError(f"case set 'smoke': {p} is missing. It is derived from the mutation kill map; "
-                                f"regenerate it with `{SMOKE_REGENERATE}` (CPU, about 15 minutes).")
-    ids = frozenset(line.strip() for line in p.read_text().splitlines() if line.strip() and not line.startswith("#"))
-    if not ids:
-        raise ValueError(f"case set 'smoke': {p} lists no case ids; regenerate it with `{SMOKE_REGENERATE}`.")
-    return ids
+    return _smoke_lines()[0]
 
 
-def _recipe(case: Case) -> Case:
-    """A case with its profile-sized fields blanked: the same recipe gives the same key in
-    both profiles."""
-    return case.replace(seq_lens=(0,), window=None if case.window is None else 1, seed=0)
-
-
-def _smoke(parity: list[Case], profile: str) -> list[Case]:
-    wanted = smoke_ids()
-    interp = parity if profile == "interpreter" else _dedupe(one_axis_at_a_time("interpreter")
-                                                           + regressions.cases("interpreter"))
-    positions = [i for i, c in enumerate(interp) if c.id in wanted]
-    stale = wanted - {interp[i].id for i in positions}
+def _smoke(profile: str) -> list[Case]:
+    interp_ids, gpu_only = _smoke_lines()
+    interp = _parity_entries("interpreter")
+    stale = interp_ids - {c.id for _, c in interp}
     if stale:
         raise ValueError(f"case set 'smoke': {SMOKE_FILE} names {len(stale)} case(s) not in the interpreter parity "
                          f"set (e.g. {sorted(stale)[0]}); regenerate it with `{SMOKE_REGENERATE}`.")
     if profile == "interpreter":
-        return [parity[i] for i in positions]
-    # Other profiles: the same recipes (the parity sets are built by the same code, case for
-    # case, with profile-sized lengths and windows).
-    if [_recipe(c) for c in interp] != [_recipe(c) for c in parity]:
-        raise ValueError(f"case set 'smoke': the {profile!r} parity set no longer lines up with the interpreter "
-                         "one case for case, so the smoke ids cannot be carried over")
-    return [parity[i] for i in positions]
+        return [c for _, c in interp if c.id in interp_ids]
+    # Other profiles: the same recipes (pairwise recipe or regression case), sized for the
+    # profile, plus the cases that exist only there (the GPU's 2^31-element pools).
+    keys = {k for k, c in interp if c.id in interp_ids}
+    own = _parity_entries(profile)
+    unknown = gpu_only - {c.id for _, c in own}
+    if unknown:
+        raise ValueError(f"case set 'smoke': {SMOKE_FILE} names {len(unknown)} {profile}-profile case(s) not in its "
+                         f"parity set (e.g. {sorted(unknown)[0]}); regenerate it with `{SMOKE_REGENERATE}`.")
+    return [c for k, c in own if k in keys or c.id in gpu_only]
+
+
+def set_names() -> tuple[str, ...]:
+    return SET_NAMES
 
 
 def build_set(name: str, profile: str) -> list[Case]:
-    if name not in SET_NAMES:
-        raise ValueError(f"case set: expected one of {SET_NAMES}, got {name!r}")
     if profile not in PROFILES:
         raise ValueError(f"case profile: expected one of {PROFILES}, got {profile!r}")
-    parity = _dedupe(one_axis_at_a_time(profile) + regressions.cases(profile))
+    if name.startswith(TRACE_PREFIX):
+        from . import trace
+        return trace.load_cases(name[len(TRACE_PREFIX):])
+    if name not in SET_NAMES:
+        raise ValueError(f"unknown case set {name!r}; expected one of {', '.join(SET_NAMES)}, "
+                         f"or {TRACE_PREFIX}PATH (a FlashInfer-Trace workload file)")
+    if name == "fuzz":
+        return []  # drawn by suites/parity/test_fuzz.py
+    parity = [c for _, c in _parity_entries(profile)]
     if name == "parity":
         return parity
     if name == "full":
-        return _dedupe(parity + product_grid(profile))
-    return _smoke(parity, profile)
-
+        return [c for _, c in _dedupe([("", c) for c in parity + product_grid(profile)])]
+    return _smoke(profile)

@@ -31,6 +31,8 @@ LAYOUTS = ("contig", "paged")
 
 # How the inputs are drawn. Each names the property it provokes.
 DATA_KINDS = {
+    "structured": "every key matters: scores and V share a per-key factor with a trend over the request, V has a "
+                  "non-zero mean, so outputs do not average to ~0 and attention is neither uniform nor one-hot",
     "randn": "q, K, V ~ N(0, 1)",
     "low-scores": "q = +64, K = -64: every score near -5e5 (flashinfer #4267 finite -5e4 running max)",
     "zero-q": "q = 0: exact answer is the mean of the visible V rows (flashinfer #3716 padding lanes)",
@@ -62,11 +64,16 @@ class Case:
     window_convention: str = "counts-current"
     softcap: Optional[float] = None
     sinks: bool = False
-    data: str = "randn"
+    data: str = "structured"
     num_splits: Optional[int] = None  # a split count to force on kernels that accept one
     min_pool_bytes: int = 0  # size the KV pool so used pages sit past this byte offset
     seed: int = 0
     label: str = ""  # regression cases: short tag naming the upstream report
+    # Softmax scale when it is not the head dim's (Gemma-2 27B: 1/sqrt(144) at head dim 128;
+    # YaRN-scaled MLA); None: 1/sqrt(head_dim), or the MLA pre-absorption dim's.
+    scale: Optional[float] = None
+    # (k_scale, v_scale) of the cache; None: FP8_SCALES for fp8 caches, (1, 1) otherwise.
+    kv_scales: Optional[tuple[float, float]] = None
     note: str = field(default="", compare=False)  # why the case exists; shown on failure
 
     def __post_init__(self):
@@ -74,6 +81,8 @@ class Case:
             object.__setattr__(self, "seq_lens", tuple(self.seq_lens))
         if self.v_head_dim is None:
             object.__setattr__(self, "v_head_dim", self.head_dim)
+        if self.kv_scales is not None and not isinstance(self.kv_scales, tuple):
+            object.__setattr__(self, "kv_scales", tuple(self.kv_scales))
         self._validate()
 
     def _validate(self):
@@ -117,6 +126,12 @@ class Case:
             raise _fail("num_splits", "None or >= 1", self.num_splits)
         if self.min_pool_bytes < 0:
             raise _fail("min_pool_bytes", ">= 0", self.min_pool_bytes)
+        if self.scale is not None and not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale)
+                                           and self.scale > 0):
+            raise _fail("scale", "None or a finite float > 0", self.scale)
+        if self.kv_scales is not None and (len(self.kv_scales) != 2 or not all(
+                isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in self.kv_scales)):
+            raise _fail("kv_scales", "None or (k_scale, v_scale), both finite floats > 0", self.kv_scales)
 
     # ----- derived facts -------------------------------------------------------------
     @property
@@ -145,10 +160,14 @@ class Case:
 
     @property
     def scales(self) -> tuple[float, float]:
+        if self.kv_scales is not None:
+            return (float(self.kv_scales[0]), float(self.kv_scales[1]))
         return FP8_SCALES if self.is_fp8 else (1.0, 1.0)
 
     @property
     def sm_scale(self) -> float:
+        if self.scale is not None:
+            return float(self.scale)
         # MLA scales by the pre-absorption head dim (DeepSeek: 128 nope + 64 rope); the
         # 576/512 latent shape has rope 64, the 288/256 one rope 32 with nope 64.
         if self.mla:
@@ -203,12 +222,16 @@ class Case:
             parts.append(f"softcap{self.softcap:g}")
         if self.sinks:
             parts.append("sinks")
-        if self.data != "randn":
+        if self.data != "structured":
             parts.append(self.data)
         if self.num_splits is not None:
             parts.append(f"splits{self.num_splits}")
         if self.min_pool_bytes:
             parts.append(f"pool{self.min_pool_bytes >> 20}M")
+        if self.scale is not None:
+            parts.append(f"scale{self.scale:.6g}")
+        if self.kv_scales is not None:
+            parts.append(f"kvs{self.kv_scales[0]:.6g},{self.kv_scales[1]:.6g}")
         parts.append(f"s{self.seed}")
         return "-".join(parts)
 
@@ -218,6 +241,8 @@ class Case:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["seq_lens"] = list(self.seq_lens)
+        if self.kv_scales is not None:
+            d["kv_scales"] = list(self.kv_scales)
         return d
 
     @classmethod

@@ -69,9 +69,46 @@ def _contig_layout(case: Case, shift: int, device):
     return list(slots.split(case.seq_lens)), slots, pool
 
 
+def _structured(case: Case, gen, device):
+    """q, K, V for data 'structured' (float32, before storage rounding).
+
+    Every key carries a factor c = a * (tau - 1/2) + eps (tau: its position in the request,
+    eps ~ N(0, 0.8^2)). K holds c along a per-KV-head direction u and q holds b * u, so the
+    score of a key is about c (temperature b * sm_scale, drawn per query head in [0.5, 1.5])
+    plus noise of std ~0.7; V = mu + gamma * c * w + noise with a per-head mean mu. So a row's
+    output is far from 0 at any length, its softmax weights span e^2 or so along the request,
+    and dropping keys, rescaling scores or mixing up a split moves it measurably.
+    MLA: V is K's first Dv columns; the score factor then rides on the rope columns."""
+    B, Hq, Hkv, G, Dk, Dv = case.batch, case.num_q_heads, case.num_kv_heads, case.group, case.head_dim, case.v_head_dim
+    lens = torch.tensor(case.seq_lens, dtype=torch.int64, device=device)
+    n = int(lens.sum())
+    req = torch.repeat_interleave(torch.arange(B, device=device), lens)
+    pos = torch.arange(n, device=device) - (torch.cumsum(lens, 0) - lens)[req]
+    tau = (pos.float() + 0.5) / lens[req].clamp_min(1).float()  # [n]
+    c = 2.0 * (tau - 0.5)[:, None] + 0.8 * _randn((n, Hkv), gen, device)  # [n, Hkv]
+    score_dims = slice(Dv, Dk) if case.mla else slice(0, Dk)
+    width = Dk - Dv if case.mla else Dk
+    u = _randn((Hkv, width), gen, device)
+    u = u / u.norm(dim=-1, keepdim=True)
+    temp = 0.5 + torch.rand((B, Hkv, G), generator=gen, device=device, dtype=torch.float32)  # b * sm_scale
+    q = 0.5 * _randn((B, Hkv, G, Dk), gen, device)
+    q[..., score_dims] += (temp / case.sm_scale)[..., None] * u[None, :, None, :]
+    k = 0.5 * _randn((n, Hkv, Dk), gen, device)
+    k[..., score_dims] += c[..., None] * u[None]
+    mu = _randn((Hkv, Dv), gen, device)
+    w = _randn((Hkv, Dv), gen, device)
+    v = mu[None] + 1.5 * c[..., None] * w[None] + 0.5 * _randn((n, Hkv, Dv), gen, device)
+    if case.mla:
+        k[..., :Dv] = v
+        v = None
+    return q.reshape(B, Hq, Dk), k, v
+
+
 def _values(case: Case, n_tokens: int, gen, device):
     """Real-valued q, K, V before storage rounding (float32)."""
     B, Hq, Hkv, Dk, Dv = case.batch, case.num_q_heads, case.num_kv_heads, case.head_dim, case.v_head_dim
+    if case.data == "structured":
+        return _structured(case, gen, device)
     k_width = Dk  # for MLA the V columns are the first Dv of K, so K alone is drawn
     q = _randn((B, Hq, Dk), gen, device)
     k = _randn((n_tokens, Hkv, k_width), gen, device)
@@ -95,7 +132,8 @@ def _values(case: Case, n_tokens: int, gen, device):
 
 
 def build(case: Case, device="cpu", seed: int | None = None) -> DecodeBatch:
-    """Tensors and metadata for `case` on `device`, deterministic in (case, seed)."""
+    """Tensors and metadata for `case` on `device`, deterministic in (case, seed). The
+    window is left unset: it is given in the kernel's convention (`runner.prepare`)."""
     device = torch.device(device)
     seed = case.seed if seed is None else seed
     gen = _generator(device, seed)
@@ -155,7 +193,6 @@ def build(case: Case, device="cpu", seed: int | None = None) -> DecodeBatch:
 
     sinks = _randn((case.num_q_heads,), gen, device) * 2.0 if case.sinks else None
     return DecodeBatch(
-        case=case,
         q=q.to(q_dtype).contiguous(),
         k_cache=k_pool,
         v_cache=v_pool_view,
@@ -167,5 +204,29 @@ def build(case: Case, device="cpu", seed: int | None = None) -> DecodeBatch:
         out=torch.full((case.batch, case.num_q_heads, Dv), float("nan"), dtype=q_dtype, device=device),
         lse=torch.full((case.batch, case.num_q_heads), float("nan"), dtype=torch.float32, device=device),
         workspace=Workspace(device),
-        seed=seed,
+        seq_lens_host=tuple(case.seq_lens),
+        page_size=P,
+        sm_scale=case.sm_scale,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        softcap=float(case.softcap or 0.0),
+        num_splits=case.num_splits,
     )
+
+
+def transplant(src: DecodeBatch, src_b: int, dst: DecodeBatch, dst_b: int) -> None:
+    """Make request dst_b of `dst` the same request as src_b of `src`, in place: its query and
+    its keys and values (into dst_b's own slots), and the per-head sinks. The two batches must
+    share heads, head dims, dtypes and the request's length."""
+    src_len, dst_len = src.seq_lens_host[src_b], dst.seq_lens_host[dst_b]
+    if src_len != dst_len:
+        raise ValueError(f"transplant: request lengths differ ({src_len} vs {dst_len})")
+    dst.q[dst_b].copy_(src.q[src_b])
+    s_lo, d_lo = int(src.kv_indptr[src_b]), int(dst.kv_indptr[dst_b])
+    s_slots = src.kv_indices[s_lo:s_lo + src_len].long()
+    d_slots = dst.kv_indices[d_lo:d_lo + dst_len].long()
+    dst.k_slots()[d_slots] = src.k_slots()[s_slots]
+    if not dst.v_from_k:
+        dst.v_slots()[d_slots] = src.v_slots()[s_slots]
+    if src.sinks is not None:
+        dst.sinks.copy_(src.sinks)

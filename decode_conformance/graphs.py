@@ -1,5 +1,5 @@
-"""CUDA-graph replay checks: capture a kernel once per batch size on buffers sized for the
-longest request, then replay it with other lengths written into the same buffers.
+"""Replaying one launch on new data: the buffers a captured CUDA graph (or a second launch of
+one plan) reads, refilled in place, and bitwise comparison of two results.
 
 A captured graph fixes pointers and grid sizes. A kernel is graph-safe only if it reads
 lengths from device memory at replay and leaves no state behind (counters reset, no stale
@@ -23,16 +23,37 @@ def capacity_case(template: Case, batch_size: int, max_len: int) -> Case:
 def with_fresh_outputs(batch: DecodeBatch) -> DecodeBatch:
     """Same inputs, new poisoned out/lse and an empty workspace (for an eager twin call)."""
     return dataclasses.replace(batch, out=torch.full_like(batch.out, float("nan")),
-                               lse=torch.full_like(batch.lse, float("nan")), workspace=Workspace(batch.device))
+                               lse=torch.full_like(batch.lse, float("nan")), workspace=Workspace(batch.device),
+                               extras={})
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.uint8)
+
+
+def bitwise_equal(a: DecodeBatch, b: DecodeBatch, lse: bool = True, rows=None) -> str:
+    """'' when out (and lse) of a and b are bitwise identical (on `rows` of the batch, or all);
+    else what differs."""
+    oa, ob, la, lb = a.out, b.out, a.lse, b.lse
+    if rows is not None:
+        oa, ob, la, lb = oa[rows[0]], ob[rows[1]], la[rows[0]], lb[rows[1]]
+    msgs = []
+    if not torch.equal(_bits(oa), _bits(ob)):
+        diff = (oa.double() - ob.double()).abs()
+        msgs.append(f"output: {int((_bits(oa) != _bits(ob)).sum())} bytes differ, max |diff| "
+                    f"{float(diff.nan_to_num(float('inf')).max()):.3g}")
+    if lse and not torch.equal(_bits(la), _bits(lb)):
+        msgs.append(f"LSE: max |diff| {float((la.double() - lb.double()).abs().nan_to_num(float('inf')).max()):.3g}")
+    return "; ".join(msgs)
 
 
 def load_scenario(cap: DecodeBatch, scenario: Case, seed: int) -> DecodeBatch:
     """Write `scenario`'s tensors into the captured buffers of `cap`, in place. Returns a
     DecodeBatch over cap's storage describing the scenario (for the reference)."""
-    if scenario.batch != cap.case.batch:
-        raise ValueError(f"scenario batch {scenario.batch} != captured batch {cap.case.batch}")
-    if scenario.max_len > cap.case.max_len:
-        raise ValueError(f"scenario length {scenario.max_len} > captured capacity {cap.case.max_len}")
+    if len(scenario.seq_lens) != cap.batch_size:
+        raise ValueError(f"scenario batch {len(scenario.seq_lens)} != captured batch {cap.batch_size}")
+    if scenario.max_len > cap.max_seq_len:
+        raise ValueError(f"scenario length {scenario.max_len} > captured capacity {cap.max_seq_len}")
     s = build(scenario, cap.device, seed)
     pages = s.k_cache.shape[0]
     if pages > cap.k_cache.shape[0]:
@@ -51,4 +72,4 @@ def load_scenario(cap: DecodeBatch, scenario: Case, seed: int) -> DecodeBatch:
     cap.block_table[:, :s.block_table.shape[1]].copy_(s.block_table)
     if s.sinks is not None and cap.sinks is not None:
         cap.sinks.copy_(s.sinks)
-    return dataclasses.replace(cap, case=scenario, kv_indices=cap.kv_indices[:s.kv_indices.numel()])
+    return dataclasses.replace(cap, kv_indices=cap.kv_indices[:s.kv_indices.numel()], seq_lens_host=scenario.seq_lens)

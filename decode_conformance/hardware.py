@@ -8,13 +8,12 @@ the class name.
 from __future__ import annotations
 
 import os
-import pathlib
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-CLASSES_FILE = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "gpu_classes.toml"
+CLASSES_FILE = "gpu_classes.toml"  # in the shipped data (decode_conformance.fixtures)
 CPU_CLASS = "cpu"
 
 
@@ -28,7 +27,10 @@ class GpuClass:
 
 
 @lru_cache(maxsize=None)
-def known_classes(path: str = str(CLASSES_FILE)) -> dict[str, GpuClass]:
+def known_classes(path: Optional[str] = None) -> dict[str, GpuClass]:
+    if path is None:
+        from .resources import data_path
+        path = str(data_path(CLASSES_FILE))
     with open(path, "rb") as f:
         data = tomllib.load(f)
     out = {}

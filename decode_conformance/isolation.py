@@ -15,8 +15,8 @@ and receives a CaseResult. When a case
 
 Only the case that misbehaved fails; every other result of the run is kept.
 
-The worker is set up like the pytest process: the checkout's `kernels/` folder aliased to
-`decode_conformance_kernels` (`_paths.alias_kernels`), and on device cpu TRITON_INTERPRET=1
+The worker is set up like the pytest process: a checkout that is not pip-installed aliased
+to the installed package names (`_paths.alias_checkout`), and on device cpu TRITON_INTERPRET=1
 with the bf16 interpreter layer (`use_interpreter`). It imports each kernel by its spec, so a
 kernel under isolation must be importable by spec (`pkg.module:obj`), not only an object.
 
@@ -109,8 +109,8 @@ def _worker_main(conn, device: str, root: str, log_path: str) -> None:
     faulthandler.enable(file=sys.stderr, all_threads=True)
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
-    from ._paths import alias_kernels
-    alias_kernels(pathlib.Path(root))
+    from ._paths import alias_checkout
+    alias_checkout(pathlib.Path(root) if root else None)
     if device == "cpu":
         use_interpreter()
     from .cases import Case
@@ -159,10 +159,11 @@ class IsolatedRunner:
 
     def __init__(self, device: str, case_timeout: Optional[float], root: Optional[str] = None,
                  startup_timeout: float = STARTUP_TIMEOUT_S):
-        from ._paths import ROOT
+        from ._paths import checkout_root
         self.device = device
         self.case_timeout = case_timeout if case_timeout and case_timeout > 0 else None
-        self.root = str(root or ROOT)
+        root = root or checkout_root()
+        self.root = str(root) if root else ""
         self.startup_timeout = startup_timeout
         self._ctx = multiprocessing.get_context("spawn")
         self._proc = None
@@ -265,7 +266,7 @@ class IsolatedRunner:
 
         def fmt(f):
             path, line, func = f
-            for base in (self.root,) + _LIBRARY_PREFIXES:
+            for base in ((self.root,) if self.root else ()) + _LIBRARY_PREFIXES:
                 try:
                     path = str(pathlib.Path(path).resolve().relative_to(pathlib.Path(base).resolve()))
                     break

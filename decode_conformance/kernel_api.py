@@ -1,36 +1,41 @@
 """The adapter protocol between the suite and a kernel under test, and kernel discovery.
 
-How to add a kernel: write an object with `name`, `caps` (a Capabilities) and
-`plan(batch) -> launch`. `plan` does host-side work (workspace from `batch.workspace`,
-grid sizes) and returns a no-argument callable that launches the kernel and writes
-`batch.out` (and `batch.lse` when `caps.lse`). Parity calls `plan(batch)()`; the perf suite
-times `launch`; the CUDA-graph tests capture it. Then point the suite at it:
-`--kernel=pkg.module:obj`, `DECODE_CONFORMANCE_KERNELS=pkg.module:obj`, or an entry point in
-the `decode_conformance.kernels` group.
+How to add a kernel: write an object (or a class, or a zero-argument factory) with `name`,
+`caps` (a Capabilities) and `plan(batch) -> launch`. `plan` receives a DecodeBatch (the
+tensors and host-side metadata a serving engine has at the call: docs/kernel-contract.md),
+does host-side work (workspace from `batch.workspace`, grid sizes) and returns a
+zero-argument callable that launches the kernel and writes `batch.out` (and `batch.lse`
+when `caps.lse`). Parity calls `plan(batch)()`; CUDA-graph replay captures `launch`; the
+perf guard times it. Point the suite at it with `--kernel=pkg.module:obj`,
+`DECODE_CONFORMANCE_KERNELS=pkg.module:obj`, or an entry point in the
+`decode_conformance.kernels` group (the shipped kernels are registered that way too).
 """
 from __future__ import annotations
 
 import importlib
 import os
+import traceback
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Protocol, runtime_checkable
 
 from .batch import DecodeBatch
 from .cases import DTYPES, WINDOW_CONVENTIONS, Case
+from .reference import DEQUANT_KV, FP8_MATH, FP8_Q_AND_P
 
 ENV_VAR = "DECODE_CONFORMANCE_KERNELS"
 ENTRY_POINT_GROUP = "decode_conformance.kernels"
-SHIPPED = (
-    "decode_conformance_kernels.registry:fixed_split",
-    "decode_conformance_kernels.registry:adaptive_split",
-    "decode_conformance_kernels.registry:lean",
-    "decode_conformance_kernels.registry:dispatch",
-    "decode_conformance_kernels.registry:torch_gather",
-)
+# The shipped kernels' entry-point names (pyproject.toml registers them in ENTRY_POINT_GROUP,
+# the same group an adopter's package uses); the default run is these, not every entry point.
+SHIPPED = ("fixed_split", "adaptive_split", "adaptive_split_fp8mma", "lean", "dispatch", "torch_gather")
+SHIPPED_MODULE = "decode_conformance_kernels.registry"
 
 
 @dataclass(frozen=True)
 class Capabilities:
+    """What a kernel supports. Each flag says which test consumes it; a case or test that
+    needs what a kernel lacks is skipped with a reason naming the flag (`missing_for`)."""
+
+    # Case axes (parity, batch invariance, fuzz: every case-driven test, via missing_for):
     kv_dtypes: frozenset = frozenset(DTYPES)
     layouts: frozenset = frozenset({"contig", "paged"})
     page_sizes: Optional[frozenset] = None  # None: any page size
@@ -39,15 +44,24 @@ class Capabilities:
     mla: bool = True
     softcap: bool = True
     sinks: bool = True
-    lse: bool = True
-    num_splits: bool = False  # honours Case.num_splits (others run those cases with their own choice)
-    cuda_graph_safe: bool = False
-    deterministic: bool = True
     devices: frozenset = frozenset({"cuda", "cpu"})  # cpu = Triton interpreter or torch
     max_pool_bytes: Optional[int] = None
-    fp8_tensor_cores: bool = False  # fp8 cases run fp8 MMAs (q cast to fp8): needs an sm_89+/CDNA3+ class
-    # Set when the kernel cannot run here at all (its library is not installed, say): the
-    # kernel is still listed, and every case skips with this reason.
+    # metrics.judge: the LSE is checked only where the kernel returns it.
+    lse: bool = True
+    # reference.tier_attention (the error budget of fp8 cases): DEQUANT_KV or FP8_Q_AND_P. The
+    # latter also deselects fp8 cases on GPU classes without fp8 tensor cores (plugin).
+    fp8_math: str = DEQUANT_KV
+    # suites/parity/test_num_splits.py: the kernel uses batch.num_splits when it is set.
+    num_splits: bool = False
+    # suites/parity/test_cuda_graph.py and test_determinism.py::test_same_plan_launched_twice.
+    cuda_graph_safe: bool = False
+    # suites/parity/test_determinism.py::test_bitwise_repeatable.
+    deterministic: bool = True
+    # suites/parity/test_batch_invariance.py: a request's output and LSE are bitwise the same
+    # whatever else is in its batch (False: within the row budget instead).
+    batch_invariant: bool = False
+    # Set when the kernel cannot run here at all (its library is not installed): the kernel
+    # is still listed, and every case skips with this reason.
     unavailable: Optional[str] = None
 
     def __post_init__(self):
@@ -57,6 +71,13 @@ class Capabilities:
         unknown = set(self.kv_dtypes) - set(DTYPES)
         if unknown:
             raise ValueError(f"Capabilities.kv_dtypes: unknown {sorted(unknown)}; expected a subset of {sorted(DTYPES)}")
+        if self.fp8_math not in FP8_MATH:
+            raise ValueError(f"Capabilities.fp8_math: expected one of {FP8_MATH}, got {self.fp8_math!r}")
+
+    @property
+    def fp8_mma(self) -> bool:
+        """fp8 cases run fp8 x fp8 matrix instructions: needs an sm_89+ / CDNA3+ GPU class."""
+        return self.fp8_math == FP8_Q_AND_P
 
     def missing_for(self, case: Case, device_type: str) -> list[str]:
         """Every capability `case` needs that this kernel lacks, as readable reasons."""
@@ -91,7 +112,9 @@ class Capabilities:
         if self.page_sizes is not None:
             parts.append("pages " + ",".join(str(p) for p in sorted(self.page_sizes)))
         parts.append(f"window {self.window_convention}" if self.window_convention else "no window")
-        for flag in ("mla", "softcap", "sinks", "lse", "cuda_graph_safe", "deterministic"):
+        parts.append(f"fp8 {self.fp8_math}")
+        for flag in ("mla", "softcap", "sinks", "lse", "num_splits", "cuda_graph_safe", "deterministic",
+                     "batch_invariant"):
             parts.append(("+" if getattr(self, flag) else "-") + flag)
         return " ".join(parts)
 
@@ -108,27 +131,44 @@ class KernelLoadError(RuntimeError):
     pass
 
 
+def resolve_kernel(obj, spec: str) -> DecodeKernel:
+    """A kernel from what a spec names: an instance, a class (instantiated with no arguments)
+    or a zero-argument factory."""
+    if isinstance(obj, type) or not isinstance(obj, DecodeKernel):
+        if not callable(obj):
+            raise KernelLoadError(f"kernel spec {spec!r}: names a {type(obj).__name__}, not a kernel, a kernel class "
+                                  "or a zero-argument factory (expected an object with name, caps, plan(batch))")
+        what = "instantiating the class" if isinstance(obj, type) else "calling the factory"
+        try:
+            obj = obj()
+        except KernelLoadError:
+            raise
+        except Exception as e:
+            raise KernelLoadError(f"kernel spec {spec!r}: {what} failed:\n{_trimmed(e)}") from e
+    check_kernel(obj, spec)
+    return obj
+
+
+def _trimmed(e: BaseException) -> str:
+    tb = traceback.extract_tb(e.__traceback__)[1:]  # drop this module's own frame
+    return "".join(traceback.format_list(tb) + traceback.format_exception_only(type(e), e)).rstrip()
+
+
 def load_kernel(spec: str) -> DecodeKernel:
-    """Import `pkg.module:attr`; the attribute may be a kernel or a zero-argument factory."""
+    """Import `pkg.module:attr` and resolve it (`resolve_kernel`)."""
     if ":" not in spec:
         raise KernelLoadError(f"kernel spec {spec!r}: expected 'package.module:object'")
     mod_name, attr = spec.split(":", 1)
     try:
         mod = importlib.import_module(mod_name)
-    except Exception as e:  # report the import error for this kernel, keep the others
-        raise KernelLoadError(f"kernel spec {spec!r}: cannot import {mod_name}: {type(e).__name__}: {e}") from e
+    except Exception as e:
+        raise KernelLoadError(f"kernel spec {spec!r}: cannot import {mod_name}:\n{_trimmed(e)}") from e
     obj = mod
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise KernelLoadError(f"kernel spec {spec!r}: {mod_name} has no attribute {attr!r}")
         obj = getattr(obj, part)
-    if not isinstance(obj, DecodeKernel) and callable(obj):
-        try:
-            obj = obj()
-        except Exception as e:
-            raise KernelLoadError(f"kernel spec {spec!r}: constructing it failed: {type(e).__name__}: {e}") from e
-    check_kernel(obj, spec)
-    return obj
+    return resolve_kernel(obj, spec)
 
 
 def check_kernel(obj, origin: str = "") -> None:
@@ -138,30 +178,41 @@ def check_kernel(obj, origin: str = "") -> None:
             raise KernelLoadError(f"kernel{where}: missing attribute {attr!r}; expected name, caps, plan(batch)")
     if not isinstance(obj.caps, Capabilities):
         raise KernelLoadError(f"kernel{where}: caps must be decode_conformance.Capabilities, got {type(obj.caps).__name__}")
-    if not isinstance(obj.name, str) or not obj.name or any(c in obj.name for c in " []/"):
-        raise KernelLoadError(f"kernel{where}: name must be a non-empty string without spaces, '[', ']' or '/'; "
+    if not isinstance(obj.name, str) or not obj.name or any(c in obj.name for c in " []/|"):
+        raise KernelLoadError(f"kernel{where}: name must be a non-empty string without spaces, '[', ']', '/' or '|'; "
                               f"got {obj.name!r}")
+    if not callable(getattr(obj, "plan")):
+        raise KernelLoadError(f"kernel{where}: plan must be a method plan(batch) -> launch")
 
 
-def entry_point_specs() -> list[str]:
+def entry_point_specs() -> dict[str, str]:
+    """{entry-point name: 'module:attr'} of the `decode_conformance.kernels` group."""
     from importlib.metadata import entry_points
-    return [f"{ep.value}" for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
-def kernel_specs(cli: Iterable[str] = (), env: Optional[str] = None, include_entry_points: bool = True) -> list[str]:
-    """Which kernels to test, in priority order: command line, then environment variable,
-    then (when neither names one) every shipped kernel plus installed entry points."""
+def shipped_specs() -> list[str]:
+    """The shipped kernels, read from the entry-point group when this package is installed
+    (one list for ours and an adopter's), else from the registry module directly."""
+    eps = entry_point_specs()
+    return [eps.get(name, f"{SHIPPED_MODULE}:{name}") for name in SHIPPED]
+
+
+def kernel_specs(cli: Iterable[str] = (), env: Optional[str] = None) -> list[str]:
+    """Which kernels to test: command line, then environment variable, then the shipped
+    kernels. An entry point name (e.g. `lean`) is accepted wherever a spec is."""
     specs = [s for s in cli if s]
     if not specs:
         env = os.environ.get(ENV_VAR, "") if env is None else env
         specs = [s.strip() for s in env.replace(";", ",").split(",") if s.strip()]
     if not specs:
-        specs = list(SHIPPED)
-        if include_entry_points:
-            specs += [s for s in entry_point_specs() if s not in specs]
-    seen, out = set(), []
+        specs = shipped_specs()
+    eps = None
+    out = []
     for s in specs:
-        if s not in seen:
-            seen.add(s)
+        if ":" not in s:
+            eps = entry_point_specs() if eps is None else eps
+            s = eps.get(s, f"{SHIPPED_MODULE}:{s}" if s in SHIPPED else s)
+        if s not in out:
             out.append(s)
     return out

@@ -20,8 +20,12 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 ENV_VAR = "DECODE_CONFORMANCE_LEDGER"
-DEFAULT_FILE = "fixtures/known_failures.toml"
+DEFAULT_FILE = "known_failures.toml"  # in the shipped data (decode_conformance.fixtures): our kernels' ledger
 KINDS = ("xfail", "quarantine")
+
+
+class LedgerError(ValueError):
+    """A ledger that cannot be read or breaks a rule: names the file, line and field."""
 
 
 @dataclass
@@ -52,26 +56,32 @@ class Entry:
         return f"{self.kind} kernel={self.kernel!r} case={self.case!r}{where} ({self.source})"
 
 
-def _parse(path: str, data: dict) -> list[Entry]:
+def _entry_lines(text: str) -> list[int]:
+    """1-based line of each `[[entry]]` header, so an error can point at the row."""
+    return [n for n, line in enumerate(text.splitlines(), 1) if line.strip().startswith("[[entry]]")]
+
+
+def _parse(path: str, data: dict, text: str = "") -> list[Entry]:
     unknown_top = set(data) - {"entry"}
     if unknown_top:
-        raise ValueError(f"{path}: unknown top-level keys {sorted(unknown_top)}; expected [[entry]] tables")
+        raise LedgerError(f"{path}: unknown top-level keys {sorted(unknown_top)}; expected [[entry]] tables")
+    lines = _entry_lines(text)
     entries = []
     for i, row in enumerate(data.get("entry", [])):
-        where = f"{path}: entry {i}"
+        where = f"{path}: entry {i}" + (f" (line {lines[i]})" if i < len(lines) else "")
         for key in ("kernel", "case", "kind", "reason", "issue"):
             if not isinstance(row.get(key), str) or not row[key].strip():
-                raise ValueError(f"{where}: field {key!r} must be a non-empty string")
+                raise LedgerError(f"{where}: field {key!r} must be a non-empty string")
         if row["kind"] not in KINDS:
-            raise ValueError(f"{where}: field 'kind' must be one of {KINDS}, got {row['kind']!r}")
+            raise LedgerError(f"{where}: field 'kind' must be one of {KINDS}, got {row['kind']!r}")
         if not row["issue"].startswith(("http://", "https://")):
-            raise ValueError(f"{where}: field 'issue' must be an issue URL, got {row['issue']!r}")
+            raise LedgerError(f"{where}: field 'issue' must be an issue URL, got {row['issue']!r}")
         extra = set(row) - {"kernel", "case", "kind", "reason", "issue", "gpu_classes"}
         if extra:
-            raise ValueError(f"{where}: unknown fields {sorted(extra)}")
+            raise LedgerError(f"{where}: unknown fields {sorted(extra)}")
         classes = row.get("gpu_classes")
         if classes is not None and (not isinstance(classes, list) or not all(isinstance(c, str) for c in classes)):
-            raise ValueError(f"{where}: field 'gpu_classes' must be a list of class names")
+            raise LedgerError(f"{where}: field 'gpu_classes' must be a list of class names")
         entries.append(Entry(kernel=row["kernel"], case=row["case"], kind=row["kind"], reason=row["reason"],
                              issue=row["issue"], gpu_classes=tuple(classes) if classes else None,
                              source=f"{path}#{i}"))
@@ -86,8 +96,15 @@ class Ledger:
     def load(cls, paths: Iterable[str]) -> "Ledger":
         entries = []
         for p in paths:
-            with open(p, "rb") as f:
-                entries += _parse(str(p), tomllib.load(f))
+            try:
+                text = pathlib.Path(p).read_text()
+            except OSError as e:
+                raise LedgerError(f"{p}: cannot read the ledger: {e.strerror or e}") from None
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as e:
+                raise LedgerError(f"{p}: not valid TOML: {e}") from None
+            entries += _parse(str(p), data, text)
         return cls(entries)
 
     def match(self, kernel: str, case_id: str, gpu_class: str) -> Optional[Entry]:
@@ -103,9 +120,11 @@ class Ledger:
         return [e for e in self.entries if not any(e.matches(k, c, gpu_class) for k, c in pairs)]
 
 
-def default_ledger_paths(root) -> list[str]:
+def default_ledger_paths() -> list[str]:
+    """$DECODE_CONFORMANCE_LEDGER (os.pathsep-separated), else the shipped kernels' ledger."""
     env = os.environ.get(ENV_VAR, "")
     if env.strip():
         return [p for p in env.split(os.pathsep) if p]
-    p = pathlib.Path(root) / DEFAULT_FILE
+    from .resources import data_path
+    p = data_path(DEFAULT_FILE)
     return [str(p)] if p.exists() else []

@@ -1,13 +1,32 @@
-"""Closeness measures, the per-dtype threshold table, and the verdict on one kernel output.
+"""The verdict on one kernel output: every (request, head) row judged against its own budget.
 
 A case passes only when every check holds (design principle 4):
-  finite      no NaN/Inf anywhere; rows with no visible key are exactly zero
-  cosine      global cosine similarity against the float64 reference
-  row         per-(request, head) max error <= atol + rtol * max|ref row|, so one broken
-              row cannot hide behind a good global cosine (flashinfer #3864)
-  budget      max error <= ratio x the error of plain torch in the case dtype (+ one
-              output ulp), i.e. the kernel is as accurate as the dtype allows
-  lse         natural-log LSE within atol + rtol*|lse| where the kernel returns it
+  finite      no NaN/Inf anywhere in the output
+  empty rows  rows with no visible key are exact zeros, and their LSE is -inf (or the sink)
+  rows        each row's error is within a budget derived from that row (below)
+  lse         natural-log LSE within tolerance, where the kernel returns it
+
+The row budget. For row (b, h) with float64 reference r, the kernel's output o and the
+output t of the same attention computed by torch the way the kernel's declared precision
+tier computes it (`reference.tier_attention`: the query dtype, or fp8 q and P), both
+
+    ||o - r||_2   <= R * ||t - r||_2   + 0.5 * ||ulp(r)||_2 + sqrt(n) * eps32 * ||r||_2
+    max|o - r|    <= R * max|t - r|    + ulp(max|r|)
+
+(where the tier's rounding can legitimately land on several grids - P quantized against a
+tile's running max - t ranges over several realizations and the largest error counts)
+
+must hold, n being the row's visible keys. So a kernel is as accurate as its declared
+arithmetic allows on *that* row, whatever the other rows look like: an error confined to
+the long requests of a mixed batch, or to one head (flashinfer #3864), fails its own rows.
+Where the tier's own error is near zero (a 1-key row returns a stored value) the floor is
+the row's own rounding: half an ulp of each element in the output dtype (what a correctly
+rounded result may be off by), one ulp for the largest, plus fp32 accumulation over n keys.
+R = 3: FlashAttention holds its kernels to 2x (3x on KV-cache paths) the error of a
+reordered low-precision reference; a kernel computing in fp32 and rounding once lands
+well under 1x on the rows measured here.
+
+The global cosine is reported as a summary, never a gate: short rows dominate it.
 """
 from __future__ import annotations
 
@@ -19,49 +38,44 @@ import torch
 
 from .cases import Case
 
+BUDGET_RATIO = 3.0
+EPS32 = torch.finfo(torch.float32).eps
+
 
 @dataclass(frozen=True)
 class Thresholds:
-    cosine_min: float
-    row_atol: float
-    row_rtol: float
-    budget_ratio: float
-    lse_atol: float
-    lse_rtol: float
+    budget_ratio: float = BUDGET_RATIO  # R above
+    lse_atol: float = 2e-3  # natural log; an fp32 LSE of a kernel is good to ~1e-6 relative
+    lse_rtol: float = 1e-5
 
 
-# One table. fp8 is judged against the dequantized cache, so its numbers measure kernel
-# error and sit near bf16's; anchors: flashinfer bf16 1e-2, vLLM bf16 1.5e-2/1e-2,
-# FlashAttention 2x (3x with a KV cache) its low-precision reference, sglang cos > 0.999.
-THRESHOLDS: dict[str, Thresholds] = {
-    "bf16": Thresholds(cosine_min=0.9995, row_atol=1e-2, row_rtol=2e-2, budget_ratio=3.0, lse_atol=2e-3, lse_rtol=1e-5),
-    "fp16": Thresholds(cosine_min=0.99995, row_atol=2e-3, row_rtol=4e-3, budget_ratio=3.0, lse_atol=2e-3, lse_rtol=1e-5),
-    "e4m3": Thresholds(cosine_min=0.9995, row_atol=1e-2, row_rtol=2e-2, budget_ratio=3.0, lse_atol=2e-3, lse_rtol=1e-5),
-    "e5m2": Thresholds(cosine_min=0.9995, row_atol=1e-2, row_rtol=2e-2, budget_ratio=3.0, lse_atol=2e-3, lse_rtol=1e-5),
-}
+THRESHOLDS = Thresholds()
 
 
 @dataclass
 class Verdict:
     passed: bool
     failures: list[str] = field(default_factory=list)
-    cosine: float = float("nan")
-    worst_row_err: float = float("nan")
+    cosine: float = float("nan")  # summary only
     worst_row: Optional[tuple[int, int]] = None
-    budget_ratio: float = float("nan")
+    worst_row_ratio: float = float("nan")  # the worst row's error over its budget (> 1 fails)
+    worst_row_err: float = float("nan")  # its L2 error
+    rows_over: int = 0
     lse_err: float = float("nan")
     nonfinite: int = 0
 
     def summary(self) -> str:
         head = "PASS" if self.passed else "FAIL: " + "; ".join(self.failures)
-        return (f"{head} | cosine={self.cosine:.6f} worst_row_err={self.worst_row_err:.3g} at {self.worst_row} "
-                f"budget_ratio={self.budget_ratio:.3g} lse_err={self.lse_err:.3g} nonfinite={self.nonfinite}")
+        return (f"{head} | worst row {self.worst_row} at {self.worst_row_ratio:.3g}x its budget "
+                f"(L2 err {self.worst_row_err:.3g}), cosine={self.cosine:.6f} lse_err={self.lse_err:.3g} "
+                f"nonfinite={self.nonfinite}")
 
     def to_dict(self) -> dict:
         return {
             "passed": self.passed, "failures": list(self.failures), "cosine": _num(self.cosine),
-            "worst_row_err": _num(self.worst_row_err), "worst_row": self.worst_row,
-            "budget_ratio": _num(self.budget_ratio), "lse_err": _num(self.lse_err), "nonfinite": self.nonfinite,
+            "worst_row": list(self.worst_row) if self.worst_row else None,
+            "worst_row_ratio": _num(self.worst_row_ratio), "worst_row_err": _num(self.worst_row_err),
+            "rows_over": self.rows_over, "lse_err": _num(self.lse_err), "nonfinite": self.nonfinite,
         }
 
 
@@ -79,74 +93,112 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a @ b) / (na * nb))
 
 
-def _short(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
+def ulp(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Elementwise spacing of `dtype` at |x| (float64): 2^(floor(log2|x|) - mantissa bits),
+    never below the dtype's smallest subnormal step."""
+    fi = torch.finfo(dtype)
+    mant = round(-math.log2(fi.eps))
+    ax = x.abs().clamp_min(fi.tiny)
+    return torch.exp2(torch.floor(torch.log2(ax)) - mant).clamp_min(fi.tiny * fi.eps)
 
 
-def _ulp(dtype: torch.dtype, magnitude: float) -> float:
-    """Spacing of `dtype` at `magnitude` (the output rounding floor)."""
-    eps = torch.finfo(dtype).eps
-    return eps * max(magnitude, torch.finfo(dtype).tiny)
+@dataclass
+class RowBudget:
+    """Per-row allowances [B, Hq] (float64, on the device of the reference)."""
+    l2: torch.Tensor
+    max: torch.Tensor
 
 
-def judge(case: Case, out: torch.Tensor, lse: Optional[torch.Tensor], ref_out: torch.Tensor,
-          ref_lse: torch.Tensor, visible: torch.Tensor, budget_out: Optional[torch.Tensor],
-          thresholds: Optional[Thresholds] = None) -> Verdict:
-    th = thresholds or THRESHOLDS[case.kv_dtype]
+def row_budget(ref_out: torch.Tensor, tier_out, visible: torch.Tensor, out_dtype: torch.dtype,
+               ratio: float = BUDGET_RATIO) -> RowBudget:
+    """tier_out: the tier's torch output, or a sequence of equally valid realizations of it
+    (reference.TierResult.outs): each row is allowed R x the largest of their errors."""
+    r = ref_out.double()
+    outs = tier_out if isinstance(tier_out, (tuple, list)) else (tier_out,)
+    errs = [(t.to(r.device).double() - r).abs() for t in outs]
+    t_l2 = torch.stack([e.norm(dim=-1) for e in errs]).amax(0)
+    t_max = torch.stack([e.amax(-1) for e in errs]).amax(0)
+    u = ulp(r, out_dtype)
+    n = visible.to(r.device, torch.float64)[:, None]
+    l2 = ratio * t_l2 + 0.5 * u.norm(dim=-1) + n.sqrt() * EPS32 * r.norm(dim=-1)
+    mx = ratio * t_max + ulp(r.abs().amax(-1), out_dtype)
+    return RowBudget(l2=l2, max=mx)
+
+
+def row_excess(out: torch.Tensor, ref_out: torch.Tensor, budget: RowBudget) -> tuple[torch.Tensor, torch.Tensor]:
+    """(error over budget per row, L2 error per row); non-finite outputs count as infinite."""
+    o, r = out.double(), ref_out.double()
+    err = (o - r).abs()
+    err = torch.where(torch.isfinite(o), err, torch.full_like(err, float("inf")))
+    l2 = err.norm(dim=-1)
+    excess = torch.maximum(l2 / budget.l2.clamp_min(1e-300), err.amax(-1) / budget.max.clamp_min(1e-300))
+    return excess, l2
+
+
+def judge(case: Case, out: torch.Tensor, lse: Optional[torch.Tensor], ref_out: torch.Tensor, ref_lse: torch.Tensor,
+          visible: torch.Tensor, tier_out, tier_lse: Optional[torch.Tensor] = None,
+          sinks: Optional[torch.Tensor] = None, thresholds: Optional[Thresholds] = None) -> Verdict:
+    """Everything stays on the tensors' device; only scalars reach the host."""
+    th = thresholds or THRESHOLDS
     v = Verdict(passed=True)
-    o = out.detach().double().cpu()
-    r = ref_out.detach().double().cpu()
-    vis = visible.cpu() > 0
-
+    dev = ref_out.device
+    o = out.detach().to(dev)
+    vis = visible.to(dev) > 0  # [B]
     finite = torch.isfinite(o)
     v.nonfinite = int((~finite).sum())
     if v.nonfinite:
         v.failures.append(f"{v.nonfinite} non-finite output elements")
-    empty_rows = ~vis
-    if bool(empty_rows.any()):
-        bad = o[empty_rows]
+    empty = ~vis
+    if bool(empty.any()):
+        bad = o[empty]
         if not bool((bad == 0).all()):
-            v.failures.append("rows with no visible key must be exactly zero (CUDA-graph padding rows)")
-
-    o_safe = torch.where(finite, o, torch.zeros_like(o))
-    rows_o, rows_r = o_safe[vis], r[vis]
-    if rows_r.numel():
-        v.cosine = cosine(rows_o, rows_r)
-        if not v.nonfinite and v.cosine < th.cosine_min:
-            v.failures.append(f"cosine {v.cosine:.6f} < {th.cosine_min}")
-        err = (o_safe - r).abs()
-        err[~finite] = float("inf")
-        row_err = err.amax(-1)  # [B, Hq]
-        row_ref = r.abs().amax(-1)
-        row_tol = th.row_atol + th.row_rtol * row_ref
-        excess = torch.where(vis[:, None], row_err / row_tol, torch.zeros_like(row_err))
-        b, h = divmod(int(excess.argmax()), excess.shape[1])
-        v.worst_row, v.worst_row_err = (b, h), float(row_err[b, h])
-        if float(excess[b, h]) > 1.0:
-            n_bad = int((excess > 1.0).sum())
-            v.failures.append(f"{n_bad} (request, head) rows over tolerance; worst (b={b}, h={h}) "
-                              f"err {v.worst_row_err:.3g} > {float(row_tol[b, h]):.3g}")
-        if budget_out is not None:
-            max_err = float(err[vis].max())
-            ref_err = float((budget_out.detach().double().cpu() - r)[vis].abs().max())
-            floor = _ulp(case.q_dtype, float(r[vis].abs().max()))
-            v.budget_ratio = max_err / max(ref_err, floor)
-            if max_err > th.budget_ratio * ref_err + floor:
-                v.failures.append(f"max error {max_err:.3g} > {th.budget_ratio:g} x torch-{_short(case.q_dtype)} error "
-                                  f"{ref_err:.3g} (+{floor:.2g})")
+            v.failures.append("rows with no visible key must be exactly zero (CUDA-graph padding rows); got "
+                              f"{int((bad != 0).sum())} non-zero elements")
+    if bool(vis.any()):
+        v.cosine = cosine(torch.where(finite, o.double(), 0.0)[vis], ref_out[vis])
+        budget = row_budget(ref_out, tier_out, visible, case.q_dtype, th.budget_ratio)
+        excess, l2 = row_excess(o, ref_out, budget)
+        excess = torch.where(vis[:, None], excess, torch.zeros_like(excess))
+        flat = int(excess.argmax())
+        b, h = divmod(flat, excess.shape[1])
+        v.worst_row, v.worst_row_ratio, v.worst_row_err = (b, h), float(excess[b, h]), float(l2[b, h])
+        v.rows_over = int((excess > 1.0).sum())
+        if v.rows_over:
+            v.failures.append(
+                f"{v.rows_over} of {int(vis.sum()) * excess.shape[1]} (request, head) rows over their error budget; "
+                f"worst (b={b}, h={h}, {case.seq_lens[b]} keys): L2 error {v.worst_row_err:.3g} is "
+                f"{v.worst_row_ratio:.3g}x its budget ({th.budget_ratio:g}x the torch error of that row + its ulp floor)")
     if lse is not None:
-        lz = lse.detach().double().cpu()
-        rl = ref_lse.detach().double().cpu()
-        lz_v, rl_v = lz[vis], rl[vis]
-        if lz_v.numel():
-            if not bool(torch.isfinite(lz_v).all()):
-                v.failures.append("non-finite LSE on a row with visible keys")
-                v.lse_err = float("inf")
-            else:
-                e = (lz_v - rl_v).abs()
-                v.lse_err = float(e.max())
-                tol = th.lse_atol + th.lse_rtol * rl_v.abs()
-                if bool((e > tol).any()):
-                    v.failures.append(f"LSE error {v.lse_err:.3g} over tolerance (natural log expected)")
+        _judge_lse(case, v, lse.detach().to(dev), ref_lse, vis, tier_lse, sinks, th)
     v.passed = not v.failures
     return v
+
+
+def _judge_lse(case, v: Verdict, lse, ref_lse, vis, tier_lse, sinks, th: Thresholds) -> None:
+    lz, rl = lse.double(), ref_lse.double()
+    if bool(vis.any()):
+        lz_v, rl_v = lz[vis], rl[vis]
+        if not bool(torch.isfinite(lz_v).all()):
+            v.failures.append("non-finite LSE on a row with visible keys")
+            v.lse_err = float("inf")
+        else:
+            e = (lz_v - rl_v).abs()
+            v.lse_err = float(e.max())
+            tol = th.lse_atol + th.lse_rtol * rl_v.abs()
+            if tier_lse is not None:  # fp8 q moves the scores: allow R x the tier's own LSE error
+                tol = tol + th.budget_ratio * (tier_lse.to(rl.device).double()[vis] - rl_v).abs()
+            if bool((e > tol).any()):
+                v.failures.append(f"LSE error {v.lse_err:.3g} over tolerance (natural log expected)")
+    empty = ~vis
+    if bool(empty.any()):
+        got = lz[empty]
+        if sinks is None:
+            ok = bool(torch.isneginf(got).all())
+            want = "-inf"
+        else:
+            expect = sinks.to(lz.device).double()[None, :].expand_as(lz)[empty]
+            ok = bool(((got - expect).abs() <= th.lse_atol).all())
+            want = "the sink's logit"
+        if not ok:
+            v.failures.append(f"LSE of rows with no visible key must be {want}; got "
+                              f"{got[:4].tolist() if got.numel() else got.tolist()}")

@@ -1,32 +1,60 @@
-"""High-precision decode attention, the ground truth every kernel is judged against.
+"""The ground truth every kernel is judged against, and the error budget's yardstick.
 
-Computed on exactly the values the kernel sees: fp8 caches are dequantized from their
-stored bytes (design principle 3), so a tolerance measures kernel error and not
-quantization error. Keys are processed in chunks with an online softmax in float64, so
-batch 32 x 128k fits on one GPU.
+`reference` is high-precision decode attention computed on exactly the values the kernel
+sees: fp8 caches are dequantized from their stored bytes (design principle 3), so a
+tolerance measures kernel error and not quantization error. Keys are processed in chunks
+with an online softmax in float64, so batch 32 x 128k fits on one GPU.
+
+`tier_attention` is the same attention done the way a kernel of a declared precision tier
+does it (plain torch in the case's own dtype, or with q and P quantized to the cache's fp8
+type): the error *it* makes on a row is what a kernel of that tier is allowed, up to a
+multiple (metrics.py).
 
 Semantics, for request b with length L and query head h (KV head h // group):
   visible keys p in [max(0, L - W), L), W = keys under the window counting the current one
   s_p = (q . k_p) * k_scale * sm_scale;  s_p = cap * tanh(s_p / cap) if soft-capped
   out = sum_p exp(s_p) v_p v_scale / Z,  Z = sum_p exp(s_p) (+ exp(sink_h) with sinks)
   lse = ln Z.  A row with no visible key outputs zeros (lse -inf, or sink_h with sinks).
+
+Both read only the inputs, and the runner calls them before the kernel runs: what the
+kernel does to its inputs cannot move the yardstick.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
 from .batch import DecodeBatch
+from .cases import Case
 
 CHUNK_KEYS = 16384
+
+# How a kernel computes on an fp8 KV cache (Capabilities.fp8_math). Named after what they do.
+DEQUANT_KV = "dequant-kv"  # K/V bytes upcast (dequantized) to the query dtype; q and P stay in it
+FP8_Q_AND_P = "fp8-q-and-p"  # q and the probabilities P quantized to the cache's fp8 type: fp8 x fp8 MMAs
+FP8_MATH = (DEQUANT_KV, FP8_Q_AND_P)
 
 
 @dataclass
 class Reference:
     out: torch.Tensor  # [B, Hq, Dv] float64
     lse: torch.Tensor  # [B, Hq] float64 (natural log)
-    visible: torch.Tensor  # [B] int64: keys each request attends to
+    visible: torch.Tensor  # [B] int64: keys each request attends to (on the batch's device)
+
+
+@dataclass
+class TierResult:
+    out: torch.Tensor  # [B, Hq, Dv] in the output dtype
+    lse: Optional[torch.Tensor]  # [B, Hq] float64, when the tier's LSE differs from the exact one
+    # Further realizations of the same arithmetic (FP8_Q_AND_P: other quantization grids for P);
+    # a row's yardstick is the largest error over all of them.
+    more: tuple = ()
+
+    @property
+    def outs(self) -> tuple:
+        return (self.out,) + tuple(self.more)
 
 
 def visible_range(length: int, visible_keys) -> tuple[int, int]:
@@ -34,14 +62,13 @@ def visible_range(length: int, visible_keys) -> tuple[int, int]:
     return start, length
 
 
-def _request_slots(batch: DecodeBatch, b: int) -> torch.Tensor:
-    lo = int(batch.kv_indptr[b])
-    L = int(batch.seq_lens[b])
-    start, end = visible_range(L, batch.case.visible_keys)
-    return batch.kv_indices[lo + start: lo + end].long()
+def _request_slots(case: Case, batch: DecodeBatch, b: int, indptr: list) -> torch.Tensor:
+    L = case.seq_lens[b]
+    start, end = visible_range(L, case.visible_keys)
+    return batch.kv_indices[indptr[b] + start: indptr[b] + end].long()
 
 
-def _scores(case, qg: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+def _scores(case: Case, qg: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """qg [Hkv, G, Dk], k [n, Hkv, Dk] -> scaled, capped scores [Hkv, G, n]."""
     s = torch.einsum("hgd,nhd->hgn", qg, k) * case.sm_scale
     if case.softcap is not None:
@@ -49,18 +76,18 @@ def _scores(case, qg: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return s
 
 
-def reference(batch: DecodeBatch, dtype: torch.dtype = torch.float64) -> Reference:
-    case = batch.case
+def reference(case: Case, batch: DecodeBatch, dtype: torch.dtype = torch.float64) -> Reference:
     B, Hq, Hkv, G, Dk, Dv = case.batch, case.num_q_heads, case.num_kv_heads, case.group, case.head_dim, case.v_head_dim
     k_scale, v_scale = case.scales
     dev = batch.device
     k_slots, v_slots = batch.k_slots(), batch.v_slots()
+    indptr = batch.kv_indptr.tolist()
     out = torch.zeros((B, Hq, Dv), dtype=dtype, device=dev)
     lse = torch.full((B, Hq), float("-inf"), dtype=dtype, device=dev)
     visible = torch.zeros(B, dtype=torch.int64)
     sinks = batch.sinks.to(dtype).view(Hkv, G) if batch.sinks is not None else None
     for b in range(B):
-        slots = _request_slots(batch, b)
+        slots = _request_slots(case, batch, b, indptr)
         visible[b] = slots.numel()
         qg = batch.q[b].to(dtype).view(Hkv, G, Dk)
         m = torch.full((Hkv, G), float("-inf"), dtype=dtype, device=dev)
@@ -85,21 +112,48 @@ def reference(batch: DecodeBatch, dtype: torch.dtype = torch.float64) -> Referen
         has = z > 0
         out[b] = torch.where(has[..., None], acc / z.clamp_min(torch.finfo(dtype).tiny)[..., None], 0.0).view(Hq, Dv)
         lse[b] = torch.where(has, m + torch.log(z), float("-inf")).view(Hq)
-    return Reference(out=out, lse=lse, visible=visible)
+    return Reference(out=out, lse=lse, visible=visible.to(dev))
 
 
-def low_precision_attention(batch: DecodeBatch) -> torch.Tensor:
-    """The same attention done by plain torch in the case's own dtype (bf16/fp16 matmuls and
-    softmax): the error budget. A kernel is held to a multiple of this error, the way
-    FlashAttention's tests hold theirs to 2-3x a reordered fp16 reference."""
-    case = batch.case
+def saturating_cast(x: torch.Tensor, fp8: torch.dtype) -> torch.Tensor:
+    """x cast to an fp8 type clamping to its largest finite value first, as Triton's cast does
+    on a GPU (cvt.rn.satfinite); torch's own `.to()` is not relied on past the range (it
+    gives NaN or inf on some versions and devices, e.g. e5m2 has an inf)."""
+    big = torch.finfo(fp8).max
+    return x.float().clamp(-big, big).to(fp8)
+
+
+def tier_attention(case: Case, batch: DecodeBatch, fp8_math: str = DEQUANT_KV) -> TierResult:
+    """The attention a kernel of tier `fp8_math` computes, done by plain torch.
+
+    Non-fp8 caches, and fp8 caches under DEQUANT_KV: bf16/fp16 matmuls and softmax in the
+    query dtype on the dequantized cache (the way FlashAttention's tests build their
+    low-precision reference). FP8_Q_AND_P: q saturated to the cache's fp8 type, scores from
+    fp8 x fp8 products accumulated in fp32, P = exp(s - row max) quantized to the fp8 type
+    once per row for the P @ V product, the denominator summed from the unquantized P (as
+    split-K kernels with fp8 MMAs do); its LSE carries q's quantization, so it is returned
+    too. A kernel quantizes P against its running max of a tile, not the row's: P is scaled
+    by exp(m_row - m_tile) >= 1 before rounding, which moves it on the fp8 grid. So P is
+    quantized four times, scaled by 2^(j/4) (j = 0..3: the grid positions one factor of 2
+    spans), giving four equally valid realizations of the tier's rounding; the budget takes
+    the largest error among them (one realization alone can land near zero on a short row,
+    where a kernel's equally legitimate rounding does not)."""
+    if fp8_math not in FP8_MATH:
+        raise ValueError(f"fp8_math: expected one of {FP8_MATH}, got {fp8_math!r}")
+    if fp8_math == FP8_Q_AND_P and case.is_fp8:
+        return _fp8_q_and_p(case, batch)
+    return TierResult(out=_in_query_dtype(case, batch), lse=None)
+
+
+def _in_query_dtype(case: Case, batch: DecodeBatch) -> torch.Tensor:
     dt = case.q_dtype
     Hkv, G, Dk, Dv = case.num_kv_heads, case.group, case.head_dim, case.v_head_dim
     k_scale, v_scale = case.scales
     k_slots, v_slots = batch.k_slots(), batch.v_slots()
-    out = torch.zeros_like(batch.out, dtype=dt)
+    indptr = batch.kv_indptr.tolist()
+    out = torch.zeros((case.batch, case.num_q_heads, Dv), dtype=dt, device=batch.device)
     for b in range(case.batch):
-        slots = _request_slots(batch, b)
+        slots = _request_slots(case, batch, b, indptr)
         if slots.numel() == 0:
             continue
         k = (k_slots[slots].to(dt) * k_scale).to(dt)
@@ -115,3 +169,44 @@ def low_precision_attention(batch: DecodeBatch) -> torch.Tensor:
             p = p[..., :-1]
         out[b] = torch.matmul(p, v.permute(1, 0, 2)).view(case.num_q_heads, Dv)
     return out
+
+
+def _fp8_q_and_p(case: Case, batch: DecodeBatch) -> TierResult:
+    fp8 = case.cache_dtype
+    Hkv, G, Dk, Dv = case.num_kv_heads, case.group, case.head_dim, case.v_head_dim
+    k_scale, v_scale = case.scales
+    k_slots, v_slots = batch.k_slots(), batch.v_slots()
+    indptr = batch.kv_indptr.tolist()
+    dev = batch.device
+    grids = [2.0 ** (j / 4) for j in range(4)]
+    outs = [torch.zeros((case.batch, case.num_q_heads, Dv), dtype=case.q_dtype, device=dev) for _ in grids]
+    lse = torch.full((case.batch, case.num_q_heads), float("-inf"), dtype=torch.float64, device=dev)
+    sinks = batch.sinks.float().view(Hkv, G) if batch.sinks is not None else None
+    for b in range(case.batch):
+        slots = _request_slots(case, batch, b, indptr)
+        q8 = saturating_cast(batch.q[b], fp8).float().view(Hkv, G, Dk)
+        if slots.numel() == 0:
+            if sinks is not None:
+                lse[b] = sinks.double().reshape(-1)
+            continue
+        k = k_slots[slots].float()  # stored fp8 values, exactly
+        v = v_slots[slots].float()
+        s = torch.einsum("hgd,nhd->hgn", q8, k) * (case.sm_scale * k_scale)
+        if case.softcap is not None:
+            s = case.softcap * torch.tanh(s / case.softcap)
+        m = s.amax(-1, keepdim=True)
+        p = torch.exp(s - m)
+        z = p.sum(-1, keepdim=True)
+        if sinks is not None:
+            z = z + torch.exp(sinks[..., None] - m)
+        for out, scale in zip(outs, grids):
+            p8 = (p * scale).to(fp8).float() / scale  # P <= 1 (x 2^0.75): in range for both fp8 types
+            o = torch.einsum("hgn,nhd->hgd", p8, v) * v_scale / z
+            out[b] = o.reshape(case.num_q_heads, Dv).to(case.q_dtype)
+        s64 = torch.einsum("hgd,nhd->hgn", q8.double(), k.double()) * (case.sm_scale * k_scale)
+        if case.softcap is not None:
+            s64 = case.softcap * torch.tanh(s64 / case.softcap)
+        if sinks is not None:
+            s64 = torch.cat([s64, sinks.double()[..., None]], dim=-1)
+        lse[b] = torch.logsumexp(s64, dim=-1).reshape(-1)
+    return TierResult(out=outs[0], lse=lse, more=tuple(outs[1:]))

@@ -1,53 +1,161 @@
-"""The conformance report: JSON for machines, a Markdown matrix for a CI job summary."""
+"""The conformance report: JSON for machines, Markdown for a CI job summary.
+
+Rows come from every conformance test of the run (parity, CUDA-graph replay, determinism,
+batch invariance, perf, ...), one per (test, kernel, case). The Markdown puts failures first,
+each with its reproduce line, then a per-kernel summary and the environment (versions, GPU
+class, kernel specs, ledgers); the full matrix follows in a collapsed section.
+"""
 from __future__ import annotations
 
 import json
 import pathlib
+import platform
 from collections import Counter
+from typing import Optional
 
+BAD = ("failed", "error", "xpassed")
 _ICON = {"passed": "pass", "failed": "**FAIL**", "error": "**ERROR**", "skipped": "skip",
          "xfailed": "xfail", "xpassed": "**XPASS**", "quarantined": "quarantine"}
+
+
+def _reason(report) -> str:
+    lr = report.longrepr
+    if isinstance(lr, tuple):
+        return str(lr[2]).replace("Skipped: ", "")
+    text = getattr(report, "longreprtext", "") or str(lr or "")
+    return text.strip()
+
+
+def row_from_report(report, row: dict, result: Optional[dict]) -> Optional[dict]:
+    """One report row from a test report and the parameters its item carried (`row`)."""
+    if report.when == "setup" and report.skipped:
+        reason = _reason(report)
+        row.update(status="quarantined" if reason.startswith("quarantined") else "skipped", message=reason)
+        return row
+    if report.when == "setup" and report.failed:
+        row.update(status="error", message=_reason(report)[-2000:])
+        return row
+    if report.when != "call":
+        return None
+    if result is not None:
+        row.update({k: result[k] for k in ("message", "repro", "seconds", "verdict", "phases") if k in result})
+    if hasattr(report, "wasxfail"):
+        row["status"] = "xfailed" if report.skipped else "xpassed"
+    elif report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
+        row["status"] = "xpassed"
+        row["message"] = (f"passed but the ledger expects a failure ({report.longrepr}); remove or narrow the "
+                          f"ledger entry | {row.get('message', '')}")
+    elif report.skipped:
+        row.update(status="skipped", message=_reason(report))
+    else:
+        row["status"] = "passed" if report.passed else "failed"
+        if report.failed and result is None:
+            row["message"] = _reason(report)[-2000:]
+    return row
+
+
+def kernels_without_cases(rows: list[dict], kernels: list[str]) -> list[str]:
+    """Kernels whose every parity row was skipped: a run that tested nothing for them."""
+    out = []
+    for k in kernels:
+        parity = [r for r in rows if r["kernel"] == k and r["test"].endswith("test_parity")]
+        if parity and all(r["status"] in ("skipped", "quarantined") for r in parity):
+            out.append(k)
+    return out
+
+
+def environment(state) -> dict:
+    env = {"python": platform.python_version(), "platform": platform.platform(terse=True),
+           "device": state.device, "gpu_class": state.gpu_class, "case_set": state.case_set,
+           "profile": state.profile, "ledgers": list(state.ledger_paths),
+           "kernels": {k.name: {"spec": k.spec, "caps": k.kernel.caps.describe()} for k in state.kernels}}
+    try:
+        from importlib.metadata import version
+        env["decode_conformance"] = version("decode-conformance")
+    except Exception:
+        env["decode_conformance"] = "not installed (checkout)"
+    try:
+        import torch
+        env["torch"] = torch.__version__
+        env["cuda"] = torch.version.cuda
+        env["hip"] = getattr(torch.version, "hip", None)
+        if state.device != "cpu" and torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            env["gpu"] = props.name
+            env["driver"] = _driver_version()
+    except Exception as e:  # the report must still be written
+        env["torch"] = f"unavailable: {e}"
+    try:
+        import triton
+        env["triton"] = triton.__version__
+    except Exception as e:
+        env["triton"] = f"unavailable: {e}"
+    return env
+
+
+def _driver_version() -> Optional[str]:
+    try:
+        import subprocess
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except Exception:
+        return None
 
 
 def _fmt(x, spec=".4g"):
     return "" if x is None else format(x, spec)
 
 
-def markdown(results: list[dict], meta: dict) -> str:
-    counts = Counter(r["status"] for r in results)
-    kernels = sorted({r["kernel"] for r in results})
-    lines = [f"# Decode conformance: {meta.get('gpu_class', '?')} ({meta.get('device', '?')}), "
-             f"case set `{meta.get('case_set', '?')}`", "",
-             " | ".join(f"{k}: {v}" for k, v in sorted(counts.items())), "",
-             "| kernel | passed | failed | error | skipped | xfail | xpass | quarantined |",
-             "|---|---|---|---|---|---|---|---|"]
-    for k in kernels:
-        c = Counter(r["status"] for r in results if r["kernel"] == k)
-        lines.append(f"| {k} | {c['passed']} | {c['failed']} | {c['error']} | {c['skipped']} | {c['xfailed']} | "
-                     f"{c['xpassed']} | {c['quarantined']} |")
-    lines += ["", "| kernel | case | status | cosine | worst row err | budget ratio | lse err |",
-              "|---|---|---|---|---|---|---|"]
-    for r in sorted(results, key=lambda r: (r["kernel"], r["case"])):
-        v = r.get("verdict") or {}
-        lines.append(f"| {r['kernel']} | `{r['case']}` | {_ICON.get(r['status'], r['status'])} | "
-                     f"{_fmt(v.get('cosine'), '.6f')} | {_fmt(v.get('worst_row_err'))} | "
-                     f"{_fmt(v.get('budget_ratio'))} | {_fmt(v.get('lse_err'))} |")
-    bad = [r for r in results if r["status"] in ("failed", "error", "xpassed")]
+def markdown(rows: list[dict], env: dict, empty: list[str]) -> str:
+    counts = Counter(r["status"] for r in rows)
+    bad = [r for r in rows if r["status"] in BAD]
+    lines = [f"# Decode conformance: {env.get('gpu_class', '?')} ({env.get('device', '?')}), "
+             f"case set `{env.get('case_set', '?')}`", "",
+             " | ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no conformance tests ran", ""]
+    for k in empty:
+        lines.append(f"> **Every parity case of `{k}` was skipped: nothing was tested.**")
     if bad:
-        lines += ["", "## Failures", ""]
+        lines += ["", f"## Failures ({len(bad)})", ""]
         for r in bad:
-            lines.append(f"- **{r['kernel']}** `{r['case']}`: {r.get('message', '')}")
+            what = f"`{r['case']}`" if r.get("case") else f"`{r['test']}{r.get('param', '')}`"
+            msg = (r.get("message") or "").strip().replace("\n", "\n  ")
+            lines.append(f"- **{r['kernel']}** {what} ({r['test']}): {_ICON.get(r['status'], r['status'])}")
+            lines.append(f"  {msg}")
             if r.get("repro"):
                 lines.append(f"  - reproduce: `{r['repro']}`")
+    lines += ["", "## Per kernel and test", "", "| kernel | test | passed | failed | error | skipped | xfail | xpass |",
+              "|---|---|---|---|---|---|---|---|"]
+    for (k, t) in sorted({(r["kernel"], r["test"]) for r in rows}):
+        c = Counter(r["status"] for r in rows if r["kernel"] == k and r["test"] == t)
+        lines.append(f"| {k} | {t} | {c['passed']} | {c['failed']} | {c['error']} | {c['skipped'] + c['quarantined']} "
+                     f"| {c['xfailed']} | {c['xpassed']} |")
+    lines += ["", "## Environment", ""]
+    for key in ("decode_conformance", "torch", "triton", "cuda", "hip", "driver", "gpu", "python", "platform",
+                "profile", "ledgers"):
+        if env.get(key) not in (None, "", []):
+            lines.append(f"- {key}: {env[key]}")
+    for name, k in env.get("kernels", {}).items():
+        lines.append(f"- kernel `{name}`: `{k['spec']}` ({k['caps']})")
+    lines += ["", "<details><summary>All rows</summary>", "",
+              "| kernel | test | case | status | worst row / budget | cosine | seconds |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["kernel"], r["test"], r.get("case", ""))):
+        v = r.get("verdict") or {}
+        lines.append(f"| {r['kernel']} | {r['test']} | `{r.get('case') or r.get('param', '')}` | "
+                     f"{_ICON.get(r['status'], r['status'])} | {_fmt(v.get('worst_row_ratio'))} | "
+                     f"{_fmt(v.get('cosine'), '.6f')} | {_fmt(r.get('seconds'), '.3g')} |")
+    lines += ["", "</details>"]
     return "\n".join(lines) + "\n"
 
 
-def write_report(path: str, results: list[dict], meta: dict) -> tuple[pathlib.Path, pathlib.Path]:
+def write_report(path: str, rows: list[dict], state, empty: list[str]) -> tuple[pathlib.Path, pathlib.Path]:
     base = pathlib.Path(path)
     if base.suffix in (".json", ".md"):
         base = base.with_suffix("")
     base.parent.mkdir(parents=True, exist_ok=True)
     jp, mp = base.with_suffix(".json"), base.with_suffix(".md")
-    jp.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    mp.write_text(markdown(results, meta))
-    return jp, mp
+    env = environment(state)
+    rows = sorted(rows, key=lambda r: (r["status"] not in BAD, r["kernel"], r["test"], r.get("case", "")))
+    jp.write_text(json.dumps({"meta": env, "kernels_without_cases": empty, "results": rows}, indent=1))
+    mp.write_text(markdown(rows, env, empty))
+    return jp.resolve(), mp.resolve()

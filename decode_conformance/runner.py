@@ -1,8 +1,10 @@
-"""Run one kernel on one case and judge it: build -> plan -> launch -> reference -> verdict.
+"""Run one kernel on one case and judge it:
+build -> reference and tier budget (pristine inputs) -> snapshot -> plan -> launch
+-> inputs unchanged? -> verdict.
 
 Everything a kernel can do wrong becomes a failed CaseResult with a message, never an
-exception that takes other results down: raising, replacing or reshaping `out`, writing
-NaN, leaving elements unwritten.
+exception that takes other results down: raising, returning a non-callable from plan,
+replacing or reshaping `out`, writing NaN, leaving elements unwritten, writing to its inputs.
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from .cases import Case
 from .factories import build
 from .kernel_api import DecodeKernel
 from .metrics import Thresholds, Verdict, judge
-from .reference import Reference, low_precision_attention, reference
+from .pristine import InputGuard
+from .reference import Reference, TierResult, reference, tier_attention
 
 
 @dataclass
@@ -40,21 +43,32 @@ class CaseResult:
     def to_dict(self) -> dict:
         return {"kernel": self.kernel, "case": self.case_id, "status": self.status, "message": self.message,
                 "repro": self.repro, "seconds": round(self.seconds, 4),
+                "phases": self.extra.get("phases", {}),
                 "verdict": self.verdict.to_dict() if self.verdict else None}
 
 
-def repro_command(kernel_spec: str, case: Case, case_set: str, device: str, suite: str = "suites/parity") -> str:
-    parts = ["pytest", suite, f"--kernel={kernel_spec}", f"--case-set={case_set}", f"--case-id={case.id}"]
+def repro_command(kernel_spec: str, case: Case, case_set: str, device: str, suite: str = "suites/parity",
+                  pyargs: bool = False) -> str:
+    """The one-line command that re-runs exactly this case, in the form the run was invoked with
+    (a checkout path, or `--pyargs decode_conformance.suites.<name>` for an installed suite)."""
+    parts = ["pytest"] + (["--pyargs"] if pyargs else []) + [suite, f"--kernel={kernel_spec}",
+                                                             f"--case-set={case_set}", f"--case-id={case.id}"]
     if device != "cpu":
         parts.append(f"--device={device}")
     return " ".join(shlex.quote(p) for p in parts)
 
 
 def prepare(kernel: DecodeKernel, case: Case, device, seed: Optional[int] = None) -> DecodeBatch:
+    """The kernel's view of `case`: tensors, with the window in the kernel's declared convention."""
     batch = build(case, device, seed)
     conv = kernel.caps.window_convention
     batch.window = case.window_in(conv) if (case.window is not None and conv) else None
     return batch
+
+
+def yardstick(kernel: DecodeKernel, case: Case, batch: DecodeBatch) -> tuple[Reference, TierResult]:
+    """The float64 reference and the kernel tier's torch computation, from pristine inputs."""
+    return reference(case, batch), tier_attention(case, batch, kernel.caps.fp8_math)
 
 
 def _describe(t) -> str:
@@ -63,7 +77,7 @@ def _describe(t) -> str:
     return f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')} on {t.device}"
 
 
-def _check_outputs(kernel: DecodeKernel, batch: DecodeBatch, out_ref: torch.Tensor, lse_ref: torch.Tensor) -> str:
+def _check_outputs(batch: DecodeBatch, out_ref: torch.Tensor, lse_ref: torch.Tensor) -> str:
     if batch.out is not out_ref or batch.lse is not lse_ref:
         what = [f"batch.{name} with {_describe(got)} (suite buffer: {_describe(own)})"
                 for name, got, own in (("out", batch.out, out_ref), ("lse", batch.lse, lse_ref)) if got is not own]
@@ -72,40 +86,82 @@ def _check_outputs(kernel: DecodeKernel, batch: DecodeBatch, out_ref: torch.Tens
     return ""
 
 
+def kernel_traceback(e: BaseException, limit_to_kernel: bool = True) -> str:
+    """The exception with its traceback, trimmed to the frames below the suite's own (the
+    kernel's code and what it called)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    if limit_to_kernel:
+        own = __file__.rsplit("/", 1)[0]
+        while frames and frames[0].filename.startswith(own):
+            frames = traceback.StackSummary.from_list(list(frames)[1:])
+    lines = traceback.format_list(frames) + traceback.format_exception_only(type(e), e)
+    return "".join(lines).rstrip()
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def run_case(kernel: DecodeKernel, case: Case, device="cpu", seed: Optional[int] = None,
-             thresholds: Optional[Thresholds] = None, ref: Optional[Reference] = None,
-             repro: str = "") -> CaseResult:
+             thresholds: Optional[Thresholds] = None, repro: str = "", keep_output: bool = False) -> CaseResult:
     t0 = time.perf_counter()
-    res = CaseResult(kernel=kernel.name, case_id=case.id, status="failed", repro=repro)
+    res = CaseResult(kernel=kernel.name, case_id=case.id, status="failed", repro=repro, extra={"phases": {}})
     try:
         batch = prepare(kernel, case, device, seed)
-    except Exception as e:  # a factory bug is the suite's, but report it per case
+        res.extra["phases"]["build"] = round(time.perf_counter() - t0, 4)
+        t = time.perf_counter()
+        ref, tier = yardstick(kernel, case, batch)
+        res.extra["phases"]["reference"] = round(time.perf_counter() - t, 4)
+    except Exception as e:  # a factory or reference bug is the suite's, but report it per case
         res.status, res.message = "error", f"building the case failed: {type(e).__name__}: {e}"
         return res
+    res = run_prepared(kernel, case, batch, ref, tier, thresholds=thresholds, keep_output=keep_output, result=res)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def run_prepared(kernel: DecodeKernel, case: Case, batch: DecodeBatch, ref: Reference, tier: TierResult,
+                 thresholds: Optional[Thresholds] = None, keep_output: bool = False,
+                 result: Optional[CaseResult] = None) -> CaseResult:
+    """The launch and the verdict on a batch whose yardstick is already computed (from its
+    inputs, before any kernel touched them)."""
+    t0 = time.perf_counter()
+    res = result or CaseResult(kernel=kernel.name, case_id=case.id, status="failed", extra={"phases": {}})
+    res.status = "failed"
+    phases = res.extra.setdefault("phases", {})
+    guard = InputGuard(batch.inputs())
+    _sync(batch.device)
     out_buf, lse_buf = batch.out, batch.lse
     try:
         launch = kernel.plan(batch)
+        if not callable(launch):
+            res.message = (f"plan() returned {type(launch).__name__}, not a callable: plan(batch) must return a "
+                           "zero-argument function that launches the kernel")
+            return res
         launch()
-        if batch.device.type == "cuda":
-            torch.cuda.synchronize(batch.device)
+        _sync(batch.device)
     except Exception as e:
-        tb = traceback.format_exception_only(type(e), e)[-1].strip()
-        res.message = f"kernel raised: {tb}"
-        res.seconds = time.perf_counter() - t0
+        res.message = (f"kernel raised: {type(e).__name__}: {e}\n  kernel traceback (suite frames trimmed):\n"
+                       + kernel_traceback(e))
         return res
-    problem = _check_outputs(kernel, batch, out_buf, lse_buf)
+    t = time.perf_counter()
+    phases["launch"] = round(t - t0, 4)
+    problem = _check_outputs(batch, out_buf, lse_buf)
+    written = guard.changes(batch.inputs())
+    if written:
+        problem = (problem + "; " if problem else "") + "kernel wrote to its inputs: " + "; ".join(written)
     if problem:
         res.message = problem
-        res.seconds = time.perf_counter() - t0
         return res
-    ref = ref if ref is not None else reference(batch)
-    budget = low_precision_attention(batch)
     verdict = judge(case, batch.out, batch.lse if kernel.caps.lse else None, ref.out, ref.lse, ref.visible,
-                    budget, thresholds)
+                    tier.outs, tier.lse, batch.sinks, thresholds)
+    phases["judge"] = round(time.perf_counter() - t, 4)
+    if keep_output:
+        res.extra["output"] = batch.out.detach().cpu().clone()
     res.verdict = verdict
     res.status = "passed" if verdict.passed else "failed"
     res.message = verdict.summary()
-    res.seconds = time.perf_counter() - t0
     return res
 
 

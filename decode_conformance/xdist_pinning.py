@@ -1,32 +1,59 @@
-"""One GPU per pytest-xdist worker, pinned before the worker process starts.
+"""GPUs for pytest-xdist workers: how many workers `-n auto` starts, and which GPU each gets.
 
-`-n auto` means one worker per visible GPU on a GPU machine (the CPU count otherwise).
-Each worker's spec gets CUDA_VISIBLE_DEVICES (HIP_VISIBLE_DEVICES on ROCm) set to one id,
-so the worker sees exactly one device as cuda:0 and a crash or illegal access stays there.
+Correctness suites are bound by host work (building cases, the float64 reference, Triton
+launches), so `-n auto` on a GPU machine starts WORKERS_PER_GPU workers per visible GPU
+(at most the CPU count), pinned round robin: each worker's CUDA_VISIBLE_DEVICES
+(HIP_VISIBLE_DEVICES on ROCm) names one GPU, so it sees exactly one device as cuda:0 and a
+crash or illegal access stays there. A run of the perf suite alone gets one worker per GPU
+(and the perf suite refuses to time under xdist anyway: its GPU must be its own).
 """
 from __future__ import annotations
 
-import pytest
+import os
+import pathlib
 
 from . import hardware
 
-
-def pytest_xdist_auto_num_workers(config):
-    n = hardware.gpu_count()
-    if n and (config.getoption("--device") or "cuda") != "cpu":
-        return len(hardware.parent_visible_ids(count=n))
-    return None  # xdist's default: the CPU count
+WORKERS_PER_GPU = 4  # H200, 16 cores: see docs/gpu-runs for the measured main-job time
+WORKERS_PER_GPU_ENV = "DECODE_CONFORMANCE_WORKERS_PER_GPU"
 
 
-def assign(specs, ids: list[str], var: str) -> None:
+def _on_gpu(config) -> bool:
+    return hardware.gpu_count() > 0 and (config.getoption("--device") or "cuda") != "cpu"
+
+
+def _perf_only(config) -> bool:
+    args = [a.split("::")[0] for a in config.args]
+    return bool(args) and all(pathlib.PurePath(a.replace(".", "/")).name == "perf" or "/perf" in a.replace(".", "/")
+                              for a in args)
+
+
+def workers_per_gpu(config) -> int:
+    if _perf_only(config):
+        return 1
+    try:
+        want = int(os.environ.get(WORKERS_PER_GPU_ENV, "") or WORKERS_PER_GPU)
+    except ValueError:
+        want = WORKERS_PER_GPU
+    gpus = len(hardware.parent_visible_ids())
+    return max(1, min(want, (os.cpu_count() or 1) // max(1, gpus)))
+
+
+def auto_num_workers(config):
+    if not _on_gpu(config):
+        return None  # xdist's default: the CPU count
+    return len(hardware.parent_visible_ids()) * workers_per_gpu(config)
+
+
+def assign(specs, ids: list[str], var: str, per_gpu: int = 1) -> None:
     for i, spec in enumerate(specs):
         gpu = hardware.pin_for_worker(i, ids)
         if gpu is not None:
             spec.env[var] = gpu
+            spec.env[WORKERS_PER_GPU_ENV] = str(-(-len(specs) // len(ids)))
 
 
-@pytest.hookimpl
-def pytest_xdist_setupnodes(config, specs):
-    if (config.getoption("--device") or "") == "cpu" or not hardware.has_gpu():
+def setup_nodes(config, specs) -> None:
+    if not _on_gpu(config):
         return
     assign(specs, hardware.parent_visible_ids(), hardware.visible_devices_var())

@@ -2,11 +2,12 @@
 (the seed design; the rule itself is in `split_rule`).
 
 Stage 1, grid (B, KV-head tiles, grid_splits): the host sizes the split axis for the most
-chunks a request can take at this batch (`split_rule.grid_splits`). Each program reads its
-request's current length from kv_indptr, computes the request's chunk count and its chunk's
-[start, end) with `chunk_count_device` / `chunk_bounds_device` (mirrors of the pure-python
-rule), and does nothing when its chunk is past the end: no host sync, so one captured CUDA
-graph serves every length.
+chunks any request can take (`split_rule.grid_splits`: the grid's whole chunk budget). Each
+program reads its request's current length and the batch's total from kv_indptr, computes the
+request's cap (its share of the budget, at least the batch's occupancy count), its chunk
+count and its chunk's [start, end) with `request_cap_device` / `chunk_count_device` /
+`chunk_bounds_device` (mirrors of the pure-python rule), and does nothing when its chunk is
+past the end: no host sync, so one captured CUDA graph serves every length.
 Stage 2, grid (B, Hq): recomputes the count and merges SPLIT_TILE chunks per step (the launch's
 chunk cap rounded up to a power of two, <= 64 chunks and <= 8192 fp32 elements).
 
@@ -14,6 +15,7 @@ Usable outside the suite through `decode_attention_adaptive(...)`; adapter `Adap
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
@@ -21,6 +23,7 @@ import triton
 import triton.language as tl
 
 from decode_conformance.kernel_api import Capabilities
+from decode_conformance.reference import FP8_Q_AND_P
 
 from . import split_rule
 from . import triton_common as tc
@@ -34,6 +37,31 @@ def chunk_count_device(length, cap, MIN_CHUNK: tl.constexpr, BLOCK: tl.constexpr
     n = tl.maximum(length // MIN_CHUNK, 1)
     n = tl.minimum(n, cap)
     return tl.minimum(n, nblocks)
+
+
+@triton.jit
+def request_cap_device(length, total, grid, occupancy):
+    """Mirror of split_rule.request_cap: min(grid, max(occupancy, ceil(grid * length / total)))
+    (int64 products: a 2^31-key batch times a 64-chunk budget)."""
+    # (no .to() on grid / occupancy: an int argument equal to 1 arrives as a constexpr)
+    share = (length.to(tl.int64) * grid + total - 1) // tl.maximum(total, 1).to(tl.int64)
+    return tl.minimum(tl.maximum(share, occupancy), grid).to(tl.int32)
+
+
+@triton.jit
+def _request_cap_probe(lengths, totals, caps, grid, occupancy):
+    i = tl.program_id(0)
+    tl.store(caps + i, request_cap_device(tl.load(lengths + i), tl.load(totals + i), grid, occupancy))
+
+
+def device_request_caps(lengths, totals, grid: int, occupancy: int):
+    """Run request_cap_device for every (length, total) pair (tests hold it to the host rule)."""
+    lengths = lengths.to(torch.int32).contiguous()
+    totals = totals.to(device=lengths.device, dtype=torch.int32).contiguous()
+    caps = torch.full_like(lengths, -1)
+    if lengths.numel():
+        _request_cap_probe[(lengths.numel(),)](lengths, totals, caps, grid, occupancy)
+    return caps
 
 
 @triton.jit
@@ -89,12 +117,12 @@ def _adaptive_stage1(
     Part, stride_pb, stride_ph, stride_ps,
     PartLse, stride_lb, stride_lh,
     group, heads_per_tile, tiles_per_kv,
-    qk_scale, softcap, visible, cap,
+    qk_scale, softcap, visible, grid, occupancy, B,
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
     SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
-    MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr,
+    MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, FP8_MMA: tl.constexpr,
 ):
     b = tl.program_id(0)
     tile = tl.program_id(1)
@@ -103,7 +131,8 @@ def _adaptive_stage1(
     L = tl.load(kv_indptr + b + 1) - lo
     vis_start = tl.maximum(L - visible, 0)
     L_vis = L - vis_start
-    n = chunk_count_device(L_vis, cap, MIN_CHUNK, CHUNK_BLOCK)
+    total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
+    n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
     if chunk < n:
         c0, c1 = chunk_bounds_device(chunk, n, L_vis, CHUNK_BLOCK)
         tc.stage1_store(
@@ -115,12 +144,13 @@ def _adaptive_stage1(
             Part, stride_pb, stride_ph, stride_ps,
             PartLse, stride_lb, stride_lh,
             group, heads_per_tile, tiles_per_kv, qk_scale, softcap,
-            D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS)
+            D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS,
+            FP8_MMA)
 
 
 @triton.jit
 def _adaptive_stage2(
-    kv_indptr, visible, cap,
+    kv_indptr, visible, grid, occupancy, B,
     Part, stride_pb, stride_ph, stride_ps,
     PartLse, stride_lb, stride_lh,
     Out, stride_ob, stride_oh, stride_od,
@@ -134,7 +164,8 @@ def _adaptive_stage2(
     h = tl.program_id(1)
     L = tl.load(kv_indptr + b + 1) - tl.load(kv_indptr + b)
     L_vis = L - tl.maximum(L - visible, 0)
-    n = chunk_count_device(L_vis, cap, MIN_CHUNK, CHUNK_BLOCK)
+    total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
+    n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
     tc.stage2_row(b, h, n,
                   Part, stride_pb, stride_ph, stride_ps,
                   PartLse, stride_lb, stride_lh,
@@ -144,12 +175,14 @@ def _adaptive_stage2(
 
 
 def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None, num_sms: Optional[int] = None,
-                max_splits: Optional[int] = None, mla: bool = False) -> int:
-    """The stage-1 grid's split axis (= the chunk cap passed to the kernel)."""
+                max_splits: Optional[int] = None, mla: bool = False) -> tuple[int, int]:
+    """(the stage-1 grid's split axis = the chunk budget, the batch's occupancy count)."""
     tiles = tc.head_tiling(num_q_heads, num_kv_heads)["kv_head_tiles"]
     sms = num_sms if num_sms is not None else split_rule.num_sms(device)
     pps = split_rule.MLA_PROGRAMS_PER_SM if mla else split_rule.PROGRAMS_PER_SM
-    return split_rule.grid_splits(batch, tiles, sms, max_splits or split_rule.MAX_SPLITS, pps)
+    cap = max_splits or split_rule.MAX_SPLITS
+    return (split_rule.grid_splits(batch, tiles, sms, cap, pps),
+            split_rule.occupancy_splits(batch, tiles, sms, cap, pps))
 
 
 workspace_shapes = tc.partial_shapes
@@ -161,21 +194,31 @@ def decode_attention_adaptive(
     sm_scale: float, lse: Optional[torch.Tensor] = None,
     k_scale: float = 1.0, v_scale: float = 1.0, softcap: float = 0.0,
     sinks: Optional[torch.Tensor] = None, window: Optional[int] = None,
-    splits: Optional[int] = None, max_splits: Optional[int] = None, num_sms: Optional[int] = None,
+    splits: Optional[int] = None, occupancy: Optional[int] = None, max_splits: Optional[int] = None,
+    num_sms: Optional[int] = None,
     min_chunk: int = split_rule.MIN_CHUNK,
     partials: Optional[torch.Tensor] = None, partial_lse: Optional[torch.Tensor] = None,
     block_n: Optional[int] = None, num_warps: Optional[int] = None, num_stages: Optional[int] = None,
+    fp8_mma: bool = False,
 ) -> None:
     """Adaptive split-K decode attention; same tensors as `fixed_split.decode_attention_fixed`.
 
-    splits: the grid's split axis and chunk cap; default `plan_splits(B, Hq, Hkv, num_sms=...,
-    max_splits=...)`. Keep it (and the scratch) fixed across calls of one CUDA graph: the chunk
-    counts follow the lengths on the device. min_chunk: smallest chunk of the length rule.
+    splits: the grid's split axis, the most chunks any request takes; default the chunk budget
+    of `plan_splits(B, Hq, Hkv, num_sms=..., max_splits=...)`. occupancy: the least cap of a
+    request (default the batch's occupancy count, at most `splits`). Keep both (and the scratch)
+    fixed across calls of one CUDA graph: the chunk counts follow the lengths on the device.
+    min_chunk: smallest chunk of the length rule.
+    fp8_mma: on an fp8 cache, quantize q and P to the fp8 type and run both dots fp8 x fp8
+    (faster MMAs, the precision tier "fp8-q-and-p"); needs sm_89+ / gfx942 / gfx950.
     """
     B, Hq, Hkv, Dk, Dv = tc.check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks)
-    if splits is None:
-        splits = plan_splits(B, Hq, Hkv, device=q.device, num_sms=num_sms, max_splits=max_splits)
+    if splits is None or occupancy is None:
+        grid, occ = plan_splits(B, Hq, Hkv, device=q.device, num_sms=num_sms, max_splits=splits or max_splits,
+                                mla=Dv < Dk)
+        splits = grid if splits is None else splits
+        occupancy = occ if occupancy is None else occupancy
     S = int(splits)
+    occupancy = max(1, min(int(occupancy), S))
     if S < 1 or min_chunk < 1:
         raise ValueError(f"splits={splits} and min_chunk={min_chunk} must be >= 1")
     ctx = tc.split_k_setup(q, k_cache, v_cache, S, partials, partial_lse, block_n, num_warps, num_stages,
@@ -193,14 +236,15 @@ def decode_attention_adaptive(
         partials, partials.stride(0), partials.stride(1), partials.stride(2),
         partial_lse, partial_lse.stride(0), partial_lse.stride(1),
         tiling["group"], tiling["heads_per_tile"], tiling["tiles_per_kv"],
-        float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, visible, S,
+        float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, visible, S, occupancy, B,
         BLOCK_H=tiling["BLOCK_H"], BLOCK_N=block_n, SOFTCAP=bool(softcap),
         SHARE_KV=share_kv, E4M3_BITS=e4m3_bits,
-        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, **dims, **cfg)
+        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma),
+        **dims, **cfg)
     tile = tc.split_tile(S, dims["BLOCK_DV"])
     lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
     _adaptive_stage2[(B, Hq)](
-        kv_indptr, visible, S,
+        kv_indptr, visible, S, occupancy, B,
         partials, partials.stride(0), partials.stride(1), partials.stride(2),
         partial_lse, partial_lse.stride(0), partial_lse.stride(1),
         out, out.stride(0), out.stride(1), out.stride(2),
@@ -224,10 +268,12 @@ CAPS = Capabilities(
 
 class AdaptiveSplitKernel:
     """Adapter for the suite. The grid's split axis is `split_rule.grid_splits` for the batch's
-    size, head tiling and the device's SM count; Case.num_splits, when set, caps it."""
+    size, head tiling and the device's SM count; batch.num_splits, when set, caps it."""
 
     name = "adaptive_split"
     caps = CAPS
+
+    fp8_mma = False
 
     def __init__(self, num_sms: Optional[int] = None, max_splits: int = split_rule.MAX_SPLITS,
                  min_chunk: int = split_rule.MIN_CHUNK, block_n: Optional[int] = None):
@@ -237,20 +283,31 @@ class AdaptiveSplitKernel:
         self.block_n = block_n
 
     def plan(self, batch):
-        case = batch.case
-        cap = case.num_splits or self.max_splits
-        S = plan_splits(case.batch, case.num_q_heads, case.num_kv_heads, device=batch.device,
-                        num_sms=self.num_sms, max_splits=cap, mla=case.mla)
-        p_shape, l_shape = workspace_shapes(case.batch, case.num_q_heads, case.v_head_dim, S)
+        cap = batch.num_splits or self.max_splits
+        S, occ = plan_splits(batch.batch_size, batch.num_q_heads, batch.num_kv_heads, device=batch.device,
+                             num_sms=self.num_sms, max_splits=cap, mla=batch.v_from_k)
+        p_shape, l_shape = workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, S)
         partials = batch.workspace.alloc("adaptive_split.partials", p_shape, torch.float32)
         partial_lse = batch.workspace.alloc("adaptive_split.partial_lse", l_shape, torch.float32)
         sinks = batch.sinks.to(device=batch.device, dtype=torch.float32).contiguous() if batch.sinks is not None else None
         kw = dict(sm_scale=batch.sm_scale, lse=batch.lse, k_scale=batch.k_scale, v_scale=batch.v_scale,
-                  softcap=batch.softcap, sinks=sinks, window=batch.window, splits=S,
-                  min_chunk=self.min_chunk, partials=partials, partial_lse=partial_lse, block_n=self.block_n)
+                  softcap=batch.softcap, sinks=sinks, window=batch.window, splits=S, occupancy=occ,
+                  min_chunk=self.min_chunk, partials=partials, partial_lse=partial_lse, block_n=self.block_n,
+                  fp8_mma=self.fp8_mma)
         args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
 
         def launch():
             decode_attention_adaptive(*args, **kw)
 
         return launch
+
+
+class AdaptiveSplitFp8MmaKernel(AdaptiveSplitKernel):
+    """The same split-K kernel computing fp8 x fp8: q and P quantized to the cache's fp8 type
+    (a widely used design for fp8 KV caches: faster MMAs, lower precision). Declares the
+    precision tier it computes at, so the suite judges it against that arithmetic; only fp8
+    caches, and only GPU classes with fp8 matrix cores (the plugin deselects the others)."""
+
+    name = "adaptive_split_fp8mma"
+    caps = dataclasses.replace(CAPS, kv_dtypes=frozenset({"e4m3", "e5m2"}), fp8_math=FP8_Q_AND_P)
+    fp8_mma = True

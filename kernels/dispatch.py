@@ -150,7 +150,7 @@ def _union_caps(a: Capabilities, b: Capabilities) -> Capabilities:
 
 
 class DispatchKernel:
-    """Suite adapter. The path is chosen at plan time from the case's host-side lengths (or the
+    """Suite adapter. The path is chosen at plan time from the batch's host-side lengths (or the
     capture policy when planned inside a capture) and recorded in batch.extras["dispatch_path"].
     Features one kernel lacks go to the other: soft-cap, sinks and forced split counts to
     split-K (so caps are the union)."""
@@ -167,12 +167,13 @@ class DispatchKernel:
         self.caps = _union_caps(self.split.caps, self.lean.caps)
 
     def path_for(self, batch) -> str:
-        case = batch.case
+        visible = batch.window if self.caps.window_convention == "counts-current" else (
+            None if batch.window is None else batch.window + 1)
         return choose_path(
-            batch=case.batch, num_q_heads=case.num_q_heads, kv_group=case.group,
-            seq_lens_sum=_visible_sum(case.seq_lens, case.visible_keys), is_mla=case.mla,
+            batch=batch.batch_size, num_q_heads=batch.num_q_heads, kv_group=batch.group,
+            seq_lens_sum=_visible_sum(batch.seq_lens_host, visible), is_mla=batch.v_from_k,
             enable_lean=self.enable_lean, softcap=batch.softcap, sinks=batch.sinks is not None,
-            num_splits=case.num_splits, capturing=_capturing(batch.device),
+            num_splits=batch.num_splits, capturing=_capturing(batch.device),
             gpu_class=self.gpu_class if self.gpu_class is not None else gpu_class_of(batch.device),
             table=self.table)
 

@@ -45,6 +45,7 @@ def _fixed_stage1(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
     SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr, SPLIT_ALIGN: tl.constexpr,
+    FP8_MMA: tl.constexpr,
 ):
     b = tl.program_id(0)
     tile = tl.program_id(1)
@@ -65,7 +66,8 @@ def _fixed_stage1(
             Part, stride_pb, stride_ph, stride_ps,
             PartLse, stride_lb, stride_lh,
             group, heads_per_tile, tiles_per_kv, qk_scale, softcap,
-            D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS)
+            D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS,
+            FP8_MMA)
 
 
 @triton.jit
@@ -136,7 +138,7 @@ def decode_attention_fixed(
         tiling["group"], tiling["heads_per_tile"], tiling["tiles_per_kv"],
         float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, tc.visible_arg(window), S,
         BLOCK_H=tiling["BLOCK_H"], BLOCK_N=block_n, SOFTCAP=bool(softcap),
-        SHARE_KV=share_kv, E4M3_BITS=e4m3_bits, SPLIT_ALIGN=SPLIT_ALIGN,
+        SHARE_KV=share_kv, E4M3_BITS=e4m3_bits, SPLIT_ALIGN=SPLIT_ALIGN, FP8_MMA=0,
         **dims, **cfg)
     tile = tc.split_tile(S, dims["BLOCK_DV"])
     lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
@@ -163,7 +165,7 @@ CAPS = Capabilities(
 
 
 class FixedSplitKernel:
-    """Adapter for the suite: S = Case.num_splits when set, else `num_splits` (8)."""
+    """Adapter for the suite: S = batch.num_splits when set, else `num_splits` (8)."""
 
     name = "fixed_split"
     caps = CAPS
@@ -173,9 +175,8 @@ class FixedSplitKernel:
         self.block_n = block_n
 
     def plan(self, batch):
-        case = batch.case
-        S = case.num_splits or self.num_splits
-        B, Hq, Dv = case.batch, case.num_q_heads, case.v_head_dim
+        S = batch.num_splits or self.num_splits
+        B, Hq, Dv = batch.batch_size, batch.num_q_heads, batch.v_head_dim
         p_shape, l_shape = workspace_shapes(B, Hq, Dv, S)
         partials = batch.workspace.alloc("fixed_split.partials", p_shape, torch.float32)
         partial_lse = batch.workspace.alloc("fixed_split.partial_lse", l_shape, torch.float32)

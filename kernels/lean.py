@@ -42,6 +42,8 @@ import triton.language as tl
 
 from decode_conformance.kernel_api import Capabilities
 
+from . import triton_common as tc
+
 GRID_MULT_ENV = "DECODE_CONFORMANCE_LEAN_GRID_MULT"
 BLOCK_N_ENV = "DECODE_CONFORMANCE_LEAN_BLOCK_N"
 CPU_PROGRAMS = 8  # small, so CPU tests split requests across programs
@@ -108,6 +110,7 @@ def lean_decode_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     V_FROM_K: tl.constexpr,  # V is K's first DV columns (MLA): reuse the loaded K tile
+    E4M3_BITS: tl.constexpr,  # e4m3 cache passed as uint8 bytes (GPUs below sm_89 have no e4m3 type)
 ):
     HT: tl.constexpr = NUM_KV_HEADS * TILES_PER_KV
     NUM_Q_HEADS: tl.constexpr = NUM_KV_HEADS * GROUP
@@ -187,23 +190,24 @@ def lean_decode_kernel(
             # Masked loads (other=0): a NaN in a slot the request does not own is never read.
             k = tl.load(K + k_row[:, None] + offs_d[None, :] * stride_kd,
                         mask=kmask[:, None] & dmask[None, :], other=0.0)
-            qk = tl.dot(q, tl.trans(k.to(q.dtype)))
+            k = tc.upcast_kv(k, q.dtype, E4M3_BITS)
+            qk = tl.dot(q, tl.trans(k))
             if BLOCK_DPE > 0:
                 kpe = tl.load(K + k_row[:, None] + (D1 + offs_pe[None, :]) * stride_kd,
                               mask=kmask[:, None] & pemask[None, :], other=0.0)
-                qk += tl.dot(qpe, tl.trans(kpe.to(qpe.dtype)))
+                qk += tl.dot(qpe, tl.trans(tc.upcast_kv(kpe, qpe.dtype, E4M3_BITS)))
             qk = tl.where(kmask[None, :], qk * qk_scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(qk - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
             if V_FROM_K:
-                v = k
+                v = k  # already upcast
             else:
                 v_row = page * stride_vp + tok * stride_vs + kvh * stride_vh
-                v = tl.load(V + v_row[:, None] + offs_dv[None, :] * stride_vd,
-                            mask=kmask[:, None] & dvmask[None, :], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+                v = tc.upcast_kv(tl.load(V + v_row[:, None] + offs_dv[None, :] * stride_vd,
+                                      mask=kmask[:, None] & dvmask[None, :], other=0.0), q.dtype, E4M3_BITS)
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
             m_i = m_new
 
         # Programs holding tiles seg_s and seg_e - 1 (owner of tile x: ((x + 1) * PW - 1) // T).
@@ -380,16 +384,19 @@ def plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, *, sm_scale:
     vs = float(v_scale)
     block_b = min(1024, max(16, triton.next_power_of_2(B)))
 
+    k_arg, e4m3_bits = tc.kv_operand(k_cache)  # e4m3 as bytes below sm_89 (shared with split-K)
+    v_arg, _ = tc.kv_operand(v_cache)
+
     def launch():
         lean_tile_offsets_kernel[(1,)](kv_indptr, tile_off, B, win, BLOCK_B=block_b, BLOCK_N=BLOCK_N)
         lean_decode_kernel[(P,)](
-            q, k_cache, v_cache, out, lse, kv_indptr, kv_indices, tile_off, po, pm, pl, counters,
+            q, k_arg, v_arg, out, lse, kv_indptr, kv_indices, tile_off, po, pm, pl, counters,
             B, win, qk_scale, vs,
             q.stride(0), q.stride(1), ksp, kss, ksh, ksd, vsp, vss, vsh, vsd,
             out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
             NUM_KV_HEADS=Hkv, GROUP=group, HPT=hpt, TILES_PER_KV=tiles_per_kv,
             D1=d1, DPE=dpe, DV=Dv, BLOCK_D1=BLOCK_D1, BLOCK_DPE=BLOCK_DPE, BLOCK_DV=BLOCK_DV,
-            BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, PAGE_SIZE=page_size, V_FROM_K=v_from_k,
+            BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, PAGE_SIZE=page_size, V_FROM_K=v_from_k, E4M3_BITS=e4m3_bits,
             num_warps=num_warps, num_stages=num_stages,
         )
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Mapping, Optional, Union
 
-CALIBRATION_FILE = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "gates" / "lean_calibration.toml"
-CALIBRATION_ENV = "DECODE_CONFORMANCE_LEAN_CALIBRATION"  # path override (an installed package has no fixtures/)
+CALIBRATION_FILE = ("gates", "lean_calibration.toml")  # in the shipped data (decode_conformance.fixtures)
+CALIBRATION_ENV = "DECODE_CONFORMANCE_LEAN_CALIBRATION"  # path override: a serving stack's own table
 DEFAULT_CLASS = "default"
 MAX_HEADS_PER_TILE = 16
 
@@ -114,11 +114,16 @@ def _load_path(path: str) -> dict[str, GateRow]:
 TableLike = Union[None, str, os.PathLike, Mapping]
 
 
+def _shipped_table() -> str:
+    from decode_conformance.resources import data_path
+    return str(data_path(*CALIBRATION_FILE))
+
+
 def load_table(table: TableLike = None) -> dict[str, GateRow]:
     """The calibration table: None -> the fixture file (or $DECODE_CONFORMANCE_LEAN_CALIBRATION);
     a path -> that TOML file; a mapping of class -> row dict (or GateRow) -> used as given."""
     if table is None:
-        table = os.environ.get(CALIBRATION_ENV) or CALIBRATION_FILE
+        table = os.environ.get(CALIBRATION_ENV) or _shipped_table()
     if isinstance(table, (str, os.PathLike)):
         return dict(_load_path(str(pathlib.Path(table).resolve())))
     if all(isinstance(v, GateRow) for v in table.values()):

@@ -14,6 +14,11 @@ def adaptive_split():
     return AdaptiveSplitKernel()
 
 
+def adaptive_split_fp8mma():
+    from .adaptive_split import AdaptiveSplitFp8MmaKernel
+    return AdaptiveSplitFp8MmaKernel()
+
+
 def lean():
     from .lean import LeanKernel
     return LeanKernel()

@@ -10,10 +10,20 @@ and every chunk is a whole number of key blocks. The seed's worked example: on a
 Qwen3.6's full-attention shape 16/2/256 (2 KV-head tiles) at batch 1, a 32k request takes
 64 chunks of 512 keys (occupancy 2*132 // 2 = 132, capped at 64; 32768 // 128 = 256 by length).
 
-Under CUDA graphs the grid is fixed at capture, so the host sizes it with `grid_splits` (the
-most chunks a request can take at that batch: the occupancy count, which does not depend on
-any length), and each program recomputes its request's count from the current length on the
-device with the same formula (`adaptive_split.chunk_count_device` mirrors `chunk_count`).
+Ragged batches: the occupancy count gives every request of a batch the same cap, so in a
+batch of 16 requests from 1.6k to 65k keys the longest ones got 4 chunks and finished last
+(an H200 run measured 647 us against 452 us with length-proportional chunks, fixed 8 splits
+546 us). So a request's cap is the larger of the batch's occupancy count and its *share* of
+the whole chunk budget: ceil(budget x its visible length / the batch's total length), the
+budget being the occupancy count of a batch of one (`grid_splits`). Uniform batches keep the
+occupancy count; a long request next to short ones gets the chunks the short ones leave.
+
+Under CUDA graphs the grid is fixed at capture, so the host sizes its split axis with
+`grid_splits` (the whole budget: the most chunks any request can take, whatever the
+lengths), and each program recomputes its request's cap and count from the current lengths
+on the device (the batch's total length is kv_indptr[B]) with the same formulas
+(`adaptive_split.request_cap_device` / `chunk_count_device` mirror `request_cap` /
+`chunk_count_for_cap`).
 
 Chunk boundaries: the request's B = ceil(L / block) key blocks are dealt out as evenly as
 possible, chunk i taking blocks [i*B // n, (i+1)*B // n). Every chunk is a whole number of
@@ -83,9 +93,19 @@ def occupancy_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: i
 
 def grid_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = MAX_SPLITS,
                 programs_per_sm: int = PROGRAMS_PER_SM) -> int:
-    """The most chunks any request can take at this batch: the stage-1 grid's split axis
-    (fixed at CUDA-graph capture, whatever the lengths)."""
-    return occupancy_splits(batch, kv_head_tiles, num_sms, max_splits, programs_per_sm)
+    """The most chunks any request can take: the chunk budget of the whole grid (a batch of
+    one's occupancy count), the stage-1 grid's split axis (fixed at CUDA-graph capture,
+    whatever the lengths). `batch` is validated but does not change it."""
+    if batch < 1:
+        raise ValueError(f"grid_splits: batch={batch} must be >= 1")
+    return occupancy_splits(1, kv_head_tiles, num_sms, max_splits, programs_per_sm)
+
+
+def request_cap(length: int, total: int, grid: int, occupancy: int) -> int:
+    """The most chunks a request of `length` visible keys may take in a batch whose lengths
+    sum to `total`: min(grid, max(occupancy, ceil(grid x length / total)))."""
+    share = -(-grid * length // total) if total > 0 else 0
+    return min(grid, max(occupancy, share))
 
 
 def chunk_count_for_cap(length: int, cap: int, min_chunk: int = MIN_CHUNK, block: int = KEY_BLOCK) -> int:
@@ -98,11 +118,18 @@ def chunk_count_for_cap(length: int, cap: int, min_chunk: int = MIN_CHUNK, block
 
 
 def chunk_count(length: int, batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = MAX_SPLITS,
-                min_chunk: int = MIN_CHUNK, block: int = KEY_BLOCK) -> int:
-    """min(length-based count, occupancy count): the chunks a request of `length` visible keys
-    takes at this batch / head tiling / SM count."""
-    cap = grid_splits(batch, kv_head_tiles, num_sms, max_splits)
-    return chunk_count_for_cap(length, cap, min_chunk, block)
+                min_chunk: int = MIN_CHUNK, block: int = KEY_BLOCK, total: int | None = None,
+                programs_per_sm: int = PROGRAMS_PER_SM) -> int:
+    """The chunks a request of `length` visible keys takes at this batch / head tiling / SM
+    count, in a batch whose lengths sum to `total` (default: a uniform batch, batch x length)."""
+    return chunk_count_for_cap(length, _cap(length, batch, kv_head_tiles, num_sms, max_splits, total,
+                                            programs_per_sm), min_chunk, block)
+
+
+def _cap(length, batch, tiles, sms, max_splits, total, pps=PROGRAMS_PER_SM) -> int:
+    grid = grid_splits(batch, tiles, sms, max_splits, pps)
+    occ = occupancy_splits(batch, tiles, sms, max_splits, pps)
+    return request_cap(length, batch * length if total is None else total, grid, occ)
 
 
 def chunk_bounds(i: int, n: int, length: int, block: int = KEY_BLOCK) -> tuple[int, int]:
@@ -119,10 +146,10 @@ def chunk_ranges_for_cap(length: int, cap: int, min_chunk: int = MIN_CHUNK,
 
 def chunk_ranges(length: int, batch: int = 1, kv_head_tiles: int = 1, num_sms: int = DEFAULT_NUM_SMS,
                  max_splits: int = MAX_SPLITS, min_chunk: int = MIN_CHUNK,
-                 block: int = KEY_BLOCK) -> list[tuple[int, int]]:
+                 block: int = KEY_BLOCK, total: int | None = None) -> list[tuple[int, int]]:
     """The [start, end) key ranges of a request's chunks, in order; [] for an empty request."""
-    cap = grid_splits(batch, kv_head_tiles, num_sms, max_splits)
-    return chunk_ranges_for_cap(length, cap, min_chunk, block)
+    return chunk_ranges_for_cap(length, _cap(length, batch, kv_head_tiles, num_sms, max_splits, total),
+                                min_chunk, block)
 
 
 def chunk_length(length: int, n: int, block: int = KEY_BLOCK) -> int:

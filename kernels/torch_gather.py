@@ -11,10 +11,9 @@ from decode_conformance.kernel_api import Capabilities
 
 
 def torch_gather_decode(batch) -> None:
-    case = batch.case
-    Hkv, G, Dk, Dv = case.num_kv_heads, case.group, case.head_dim, case.v_head_dim
+    Hkv, G, Dk, Dv = batch.num_kv_heads, batch.group, batch.head_dim, batch.v_head_dim
     k_slots, v_slots = batch.k_slots(), batch.v_slots()
-    lens = batch.seq_lens.tolist()
+    lens = batch.seq_lens_host
     indptr = batch.kv_indptr.tolist()
     for b, L in enumerate(lens):
         start = 0 if batch.window is None else max(0, L - batch.window)

@@ -53,6 +53,30 @@ def upcast_kv(x, dtype, E4M3_BITS: tl.constexpr):
 
 
 @triton.jit
+def fp8_operand(x, kv_ptr, FP8_MMA: tl.constexpr):
+    """x as an fp8 MMA operand. FP8_MMA 1: the cache's own fp8 type (NVIDIA sm_89+, gfx950);
+    2 / 3: the FNUZ e4m3 / e5m2 types gfx942's matrix cores take (via fp32: exact for e5m2,
+    e4m3 values past 240 saturate). The cast saturates at the type's largest finite value."""
+    if FP8_MMA == 1:
+        return x.to(kv_ptr.dtype.element_ty)
+    elif FP8_MMA == 2:
+        return x.to(tl.float32).to(tl.float8e4b8)
+    else:
+        return x.to(tl.float32).to(tl.float8e5b16)
+
+
+@triton.jit
+def kv_tile(x, kv_ptr, q_dtype, E4M3_BITS: tl.constexpr, FP8_MMA: tl.constexpr):
+    """A loaded K/V tile as a dot operand: upcast to q's dtype, or (FP8_MMA) kept in fp8."""
+    if FP8_MMA == 0:
+        return upcast_kv(x, q_dtype, E4M3_BITS)
+    elif FP8_MMA == 1:
+        return x
+    else:
+        return fp8_operand(x, kv_ptr, FP8_MMA)
+
+
+@triton.jit
 def attend_range(
     q_ptr, stride_qh, stride_qd,  # q_ptr: first query head of the tile in request b
     k_ptr, stride_kp, stride_kt, stride_kd,  # k_ptr/v_ptr: already offset to the KV head
@@ -66,10 +90,12 @@ def attend_range(
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
-    SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
+    SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr, FP8_MMA: tl.constexpr,
 ):
     """Returns (acc [BLOCK_H, BLOCK_DV] fp32 unnormalised, m [BLOCK_H], l [BLOCK_H]).
-    An empty range returns acc = 0, m = -inf, l = 0."""
+    An empty range returns acc = 0, m = -inf, l = 0. FP8_MMA (fp8 caches only): q and P are
+    quantized to the MMA's fp8 type and both dots run fp8 x fp8 (Capabilities.fp8_math
+    "fp8-q-and-p"); else K/V are upcast to q's dtype."""
     rows = tl.arange(0, BLOCK_H)
     row_mask = rows < n_rows
     offs_d = tl.arange(0, BLOCK_DMODEL)
@@ -85,6 +111,12 @@ def attend_range(
         q_pe = tl.load(q_ptr + rows[:, None] * stride_qh + (D_MAIN + offs_pe[None, :]) * stride_qd,
                        mask=row_mask[:, None] & pemask[None, :], other=0.0)
 
+    q_dtype = q.dtype
+    if FP8_MMA:
+        q = fp8_operand(q, k_ptr, FP8_MMA)
+        if BLOCK_DPE > 0:
+            q_pe = fp8_operand(q_pe, k_ptr, FP8_MMA)
+
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
@@ -96,12 +128,14 @@ def attend_range(
         page = slot // page_size
         tok = slot - page * page_size
         k_row = page * stride_kp + tok * stride_kt
-        k = upcast_kv(tl.load(k_ptr + k_row[:, None] + offs_d[None, :] * stride_kd,
-                              mask=nmask[:, None] & dmask[None, :], other=0.0), q.dtype, E4M3_BITS)
+        k = tl.load(k_ptr + k_row[:, None] + offs_d[None, :] * stride_kd,
+                    mask=nmask[:, None] & dmask[None, :], other=0.0)
+        k = kv_tile(k, k_ptr, q_dtype, E4M3_BITS, FP8_MMA)
         qk = tl.dot(q, tl.trans(k))
         if BLOCK_DPE > 0:
-            k_pe = upcast_kv(tl.load(k_ptr + k_row[:, None] + (D_MAIN + offs_pe[None, :]) * stride_kd,
-                                     mask=nmask[:, None] & pemask[None, :], other=0.0), q.dtype, E4M3_BITS)
+            k_pe = tl.load(k_ptr + k_row[:, None] + (D_MAIN + offs_pe[None, :]) * stride_kd,
+                           mask=nmask[:, None] & pemask[None, :], other=0.0)
+            k_pe = kv_tile(k_pe, k_ptr, q_dtype, E4M3_BITS, FP8_MMA)
             qk += tl.dot(q_pe, tl.trans(k_pe))
         qk = qk * qk_scale
         if SOFTCAP:
@@ -117,8 +151,9 @@ def attend_range(
             v = k  # MLA: V is the first DV (= D_MAIN) columns of K, already loaded and masked
         else:
             v_row = page * stride_vp + tok * stride_vt
-            v = upcast_kv(tl.load(v_ptr + v_row[:, None] + offs_v[None, :] * stride_vd,
-                                  mask=nmask[:, None] & vmask[None, :], other=0.0), q.dtype, E4M3_BITS)
+            v = tl.load(v_ptr + v_row[:, None] + offs_v[None, :] * stride_vd,
+                        mask=nmask[:, None] & vmask[None, :], other=0.0)
+            v = kv_tile(v, v_ptr, q_dtype, E4M3_BITS, FP8_MMA)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     return acc, m_i, l_i
@@ -138,7 +173,7 @@ def stage1_store(
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
-    SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
+    SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr, FP8_MMA: tl.constexpr,
 ):
     """One stage-1 program with a non-empty range: partial = acc / l and lse = m + ln l for
     the tile's query heads, written at split index `split`."""
@@ -150,7 +185,7 @@ def stage1_store(
         K + kv_head.to(tl.int64) * stride_kh, stride_kp, stride_kt, stride_kd,
         V + kv_head.to(tl.int64) * stride_vh, stride_vp, stride_vt, stride_vd,
         page_size, idx_ptr, start, end, heads_per_tile, qk_scale, softcap,
-        D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS)
+        D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS, FP8_MMA)
     rows = tl.arange(0, BLOCK_H)
     row_mask = rows < heads_per_tile
     heads = (head0 + rows).to(tl.int64)
@@ -297,6 +332,26 @@ def kv_operand(cache):
     if cache.device.type == "cuda" and torch.version.hip is None:
         bits = bits or torch.cuda.get_device_capability(cache.device) < (8, 9)
     return (cache.view(torch.uint8), True) if bits else (cache, False)
+
+
+def fp8_mma_code(cache, requested: bool) -> int:
+    """The FP8_MMA constexpr for a launch: 0 (K/V upcast to q's dtype) unless `requested` and the
+    cache is fp8; then 1 (MMAs in the cache's own fp8 type) or, on gfx942, 2 / 3 (its FNUZ
+    e4m3 / e5m2). Asking for fp8 MMAs on a GPU without them (below sm_89, CDNA2) is an error."""
+    import torch
+    if not requested or cache.dtype not in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return 0
+    if cache.device.type == "cuda":
+        if torch.version.hip is not None:
+            arch = torch.cuda.get_device_properties(cache.device).gcnArchName.split(":")[0]
+            if arch == "gfx942":
+                return 2 if cache.dtype == torch.float8_e4m3fn else 3
+            if arch not in ("gfx950",):
+                raise ValueError(f"fp8 MMAs: {arch} has no fp8 matrix cores this kernel targets (gfx942, gfx950)")
+        elif torch.cuda.get_device_capability(cache.device) < (8, 9):
+            raise ValueError("fp8 MMAs need sm_89 or newer (this GPU is "
+                             f"sm_{''.join(map(str, torch.cuda.get_device_capability(cache.device)))})")
+    return 1
 
 
 def split_tile(cap: int, block_dv: int) -> int:

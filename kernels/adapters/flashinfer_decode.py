@@ -51,26 +51,37 @@ CAPS = Capabilities(
 
 
 def import_library(name: str) -> tuple[Optional[object], Optional[str]]:
-    """(module, None), or (None, why it cannot be used): 'X is not installed' when the
-    package itself is missing, the import error otherwise (a broken install is not absent)."""
+    """(module, None), or (None, 'X is not installed') when the package itself is absent. A
+    package that is installed but fails to import (a CUDA/ABI mismatch, a missing symbol) is
+    not absent: that raises KernelLoadError with the import's traceback, so the run stops with
+    a usage error instead of skipping every case green."""
+    from decode_conformance.kernel_api import KernelLoadError
     try:
         return importlib.import_module(name), None
     except ModuleNotFoundError as e:
         top = name.split(".")[0]
         if e.name == top or not _package_present(top):
             return None, f"{top} is not installed"
-        return None, f"{name} failed to import: {type(e).__name__}: {e}"
-    except Exception as e:  # a CUDA/ABI mismatch in the library: report it, keep the run
-        return None, f"{name} failed to import: {type(e).__name__}: {e}"
+        if e.name and name.startswith(e.name):  # a submodule this version does not have
+            return None, f"{name} does not exist in the installed {top}"
+        raise KernelLoadError(f"{name} is installed but failed to import:\n{_traceback(e)}") from e
+    except Exception as e:
+        raise KernelLoadError(f"{name} is installed but failed to import:\n{_traceback(e)}") from e
+
+
+def _traceback(e: BaseException) -> str:
+    import traceback
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__)[-6:]).rstrip()
 
 
 def _package_present(top: str) -> bool:
+    import importlib.util
+    import sys
+    if top in sys.modules and sys.modules[top] is None:  # import blocked: as good as absent
+        return False
     try:
-        importlib.import_module(top)
-        return True
-    except ModuleNotFoundError as e:
-        return e.name != top
-    except Exception:  # installed, but broken
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
         return True
 
 
@@ -86,8 +97,8 @@ class FlashinferDecodeKernel:
         import torch
         if self._fi is None:  # the plugin skips every case first; this guards direct use
             raise RuntimeError(f"{self.name}: {self.caps.unavailable}")
-        case, P = batch.case, batch.page_size
-        lens = batch.seq_lens.tolist()
+        P = batch.page_size
+        lens = list(batch.seq_lens_host)
         n_pages = [(L + P - 1) // P for L in lens]
         indptr = torch.zeros(len(lens) + 1, dtype=torch.int32)
         indptr[1:] = torch.tensor(n_pages, dtype=torch.int32).cumsum(0)
@@ -100,13 +111,14 @@ class FlashinferDecodeKernel:
         wrapper = self._fi.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD",
                                                               use_tensor_cores=self._use_tensor_cores)
         wrapper.plan(indptr.to(dev), indices.to(dtype=torch.int32, device=dev), last.to(dev),
-                     case.num_q_heads, case.num_kv_heads, case.head_dim, P,
+                     batch.num_q_heads, batch.num_kv_heads, batch.head_dim, P,
                      pos_encoding_mode="NONE",
                      window_left=-1 if batch.window is None else int(batch.window),
                      logits_soft_cap=batch.softcap or None,
-                     q_data_type=case.q_dtype, kv_data_type=case.cache_dtype,
+                     q_data_type=batch.q.dtype, kv_data_type=batch.kv_dtype,
                      sm_scale=batch.sm_scale)
-        scales = dict(k_scale=batch.k_scale, v_scale=batch.v_scale) if case.is_fp8 else {}
+        is_fp8 = batch.kv_dtype.itemsize == 1
+        scales = dict(k_scale=batch.k_scale, v_scale=batch.v_scale) if is_fp8 else {}
 
         def launch():
             wrapper.run(batch.q, (batch.k_cache, batch.v_cache), out=batch.out, lse=batch.lse, return_lse=True,

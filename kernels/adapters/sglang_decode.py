@@ -33,6 +33,7 @@ import inspect
 from typing import Callable, Optional
 
 from decode_conformance.kernel_api import Capabilities
+from decode_conformance.reference import FP8_Q_AND_P
 
 from .flashinfer_decode import import_library
 
@@ -51,7 +52,7 @@ CAPS = Capabilities(
     lse=False,
     num_splits=True,
     cuda_graph_safe=True,  # launch is two Triton kernels on fixed buffers; metadata is built in plan
-    fp8_tensor_cores=True,  # its grouped kernel casts q to the KV dtype for an fp8 x fp8 dot
+    fp8_math=FP8_Q_AND_P,  # its grouped kernel casts q (and P) to the KV dtype for an fp8 x fp8 dot
     devices=frozenset({"cuda"}),
 )
 
@@ -82,17 +83,16 @@ class SglangDecodeKernel:
         import torch
         if self._fn is None or self.caps.unavailable:
             raise RuntimeError(f"{self.name}: {self.caps.unavailable}")
-        case = batch.case
-        B, Hq, Lv = case.batch, case.num_q_heads, case.v_head_dim
+        B, Hq, Lv = batch.batch_size, batch.num_q_heads, batch.v_head_dim
         indptr, indices = batch.kv_indptr, batch.kv_indices
         if batch.window is not None:
-            lens = batch.seq_lens.tolist()
+            lens = batch.seq_lens_host
             starts = batch.kv_indptr.tolist()
             keep = [indices[starts[b] + max(0, L - batch.window): starts[b] + L] for b, L in enumerate(lens)]
             indptr = torch.zeros_like(batch.kv_indptr)
             indptr[1:] = torch.tensor([len(k) for k in keep], dtype=torch.int32, device=batch.device).cumsum(0)
             indices = torch.cat(keep) if keep else indices[:0]
-        splits = case.num_splits or self.max_kv_splits
+        splits = batch.num_splits or self.max_kv_splits
         ws = batch.workspace
         args = dict(
             q=batch.q, k_buffer=batch.k_slots(), v_buffer=batch.v_slots(), o=batch.out,

@@ -15,10 +15,9 @@ class TorchSdpaKernel:
                         cuda_graph_safe=False)
 
     def plan(self, batch):
-        case = batch.case
-        dt = case.q_dtype
+        dt = batch.q.dtype
         k_slots, v_slots = batch.k_slots(), batch.v_slots()
-        lens = batch.seq_lens.tolist()
+        lens = batch.seq_lens_host
         indptr = batch.kv_indptr.tolist()
 
         def launch():

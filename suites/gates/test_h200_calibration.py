@@ -2,13 +2,14 @@
 the eager gate and the capture policy must agree with what was measured (Lean faster ->
 on), except the cells listed here, which the average-length gate cannot separate."""
 import json
-import pathlib
 
 import pytest
 
+from decode_conformance.resources import data_path
 from decode_conformance_kernels import lean_gate
 
-SWEEP = pathlib.Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "2026-11-30-h200" / "run1" / "lean.json"
+# A copy of the run's lean.json (docs/gpu-runs/2026-11-30-h200/run1/), shipped with the gate table.
+SWEEP = data_path("gates", "sm_90_lean_sweep.json")
 
 MLA_SMALL_WINS = {("128/1/576/512", 16, 16384, 0.1), ("128/1/576/512", 32, 16384, 0.1)}  # 3-4 %, left off
 # (shape, batch, ctx, r): ragged 16k batches whose average length (8.5k-12k) sits below the

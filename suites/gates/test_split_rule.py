@@ -57,6 +57,31 @@ def test_seed_example_is_uniform():
     assert sr.grid_splits(1, 2, 132) == 64
 
 
+# A ragged batch of 16 (32/8/128, 8 tiles, 132 SMs): 1.6k-65k keys, 421k in all.
+RAGGED16 = (1600, 65536, 4096, 32768, 2048, 48000, 8192, 16384, 24576, 1700, 40000, 60000, 12000, 30000, 57000, 28144)
+
+
+def test_ragged_batch_gives_long_requests_their_share():
+    """The occupancy count alone gives every request 528 // (16 x 8) = 4 chunks, so the 65k
+    request runs 16k keys per program while the 1.6k one is done; its share of the 64-chunk
+    budget is 10."""
+    total = sum(RAGGED16)
+    counts = [sr.chunk_count(n, 16, 8, 132, total=total) for n in RAGGED16]
+    assert counts[RAGGED16.index(65536)] == 10 and counts[RAGGED16.index(1600)] == 4
+    assert sorted(counts) == [c for _, c in sorted(zip(RAGGED16, counts))], "longer never gets fewer chunks"
+    longest_chunk = max(sr.chunk_length(n, c) for n, c in zip(RAGGED16, counts))
+    assert longest_chunk <= 8192, longest_chunk  # vs 16384 with the occupancy count alone
+    # programs: about PROGRAMS_PER_SM per SM (the budget plus one rounding per request, and the floor)
+    assert sum(counts) * 8 <= 2 * sr.PROGRAMS_PER_SM * 132
+
+
+def test_request_cap():
+    assert sr.request_cap(65536, 431000, 64, 4) == 10  # ceil(64 x 65536 / 431000)
+    assert sr.request_cap(1600, 431000, 64, 4) == 4  # the occupancy count is the floor
+    assert sr.request_cap(131072, 131072, 64, 64) == 64  # alone: the whole budget
+    assert sr.request_cap(0, 0, 64, 4) == 4  # an all-empty batch (padding rows): no division by 0
+
+
 def test_constants_are_the_seeds():
     assert (sr.PROGRAMS_PER_SM, sr.MLA_PROGRAMS_PER_SM) == (4, 2)  # H200-tuned; the seed's 2 for MLA
     assert sr.MAX_SPLITS == 64
@@ -117,8 +142,10 @@ def test_count_bounds():
         n = _count(p)
         grid = sr.grid_splits(p["batch"], p["tiles"], p["sms"], max_splits=p["cap"])
         assert 1 <= grid <= p["cap"], p
-        # about PROGRAMS_PER_SM programs per SM: never more, unless one chunk each already exceeds it
-        assert p["batch"] * p["tiles"] * grid <= max(sr.PROGRAMS_PER_SM * p["sms"], p["batch"] * p["tiles"]), p
+        # a uniform batch: about PROGRAMS_PER_SM programs per SM (a request's share of the budget is
+        # rounded up, so at most one program more per request and tile)
+        assert p["batch"] * p["tiles"] * n <= max(sr.PROGRAMS_PER_SM * p["sms"], p["batch"] * p["tiles"]) \
+            + p["batch"] * p["tiles"], p
         if p["length"] == 0:
             assert n == 0, p
         else:
@@ -205,3 +232,8 @@ def test_device_mirror_agrees_with_host():
             assert n == len(want) == sr.chunk_count_for_cap(L, cap, min_chunk, block), (L, cap, block, min_chunk)
             assert list(zip(s_row[:n], e_row[:n])) == want, (L, cap, block, min_chunk)
             assert all(x == -1 for x in s_row[n:]), (L, cap)  # nothing written past the count
+    totals = [max(L, rng.randint(0, 2**31 - 1)) for L in lengths]
+    for grid, occ in ((64, 4), (64, 64), (1, 1), (7, 2), (128, 1)):
+        caps = adaptive_split.device_request_caps(torch.tensor(lengths, dtype=torch.int32, device=device),
+                                                  torch.tensor(totals, dtype=torch.int32), grid, occ).cpu().tolist()
+        assert caps == [sr.request_cap(L, t, grid, occ) for L, t in zip(lengths, totals)], (grid, occ)

@@ -115,7 +115,7 @@ class MarkerKernel(FaultyKernel):
         d = os.environ.get(MARKER_DIR_ENV)
         if d:
             with open(pathlib.Path(d) / self.name, "a") as f:
-                f.write(f"{batch.case.id}\n")
+                f.write(f"{list(batch.seq_lens_host)}\n")
         return super().plan(batch)
 
     def _raise_launched(self, batch):
@@ -144,10 +144,19 @@ class _Fp8MmaKernel:
 
     def __init__(self):
         from decode_conformance.kernel_api import Capabilities
-        self.caps = Capabilities(window_convention="counts-current", fp8_tensor_cores=True)
+        from decode_conformance.reference import FP8_Q_AND_P
+        self.caps = Capabilities(window_convention="counts-current", fp8_math=FP8_Q_AND_P)
 
     def plan(self, batch):
         return lambda: _correct(batch)
 
 
 fp8_mma = _Fp8MmaKernel()
+
+
+class _CudaOnly(FaultyKernel):
+    """Correct, but declares it runs on CUDA only: on a CPU runner every case skips."""
+    caps = Capabilities(window_convention="counts-current", devices=frozenset({"cuda"}))
+
+
+cuda_only = _CudaOnly("faulty_cuda_only", _correct)

@@ -23,6 +23,7 @@ import torch
 from decode_conformance.case_sets import build_set
 from decode_conformance.kernel_api import Capabilities, load_kernel
 from decode_conformance.runner import run_case
+from decode_conformance_kernels.adapters.flashinfer_decode import CAPS as FI_CAPS
 from suites.selftest._subpytest import PARITY, run_pytest, small_case_ids
 
 FI_SPEC = "decode_conformance_kernels.registry:flashinfer_decode"
@@ -204,8 +205,8 @@ def _fake_sglang(module_name):
 
 # ---- adapters against the fakes --------------------------------------------------------
 
-def _cases(pred, n=None):
-    cs = [c for c in build_set("parity", "interpreter") if pred(c)]
+def _cases(pred, n=None, caps=None):
+    cs = [c for c in build_set("parity", "interpreter") if pred(c) and not (caps and caps.missing_for(c, "cuda"))]
     return cs[:n] if n else cs
 
 
@@ -215,9 +216,9 @@ def _unique(cases):
 
 FI_CASES = _unique([  # paged and contiguous, fp8, GQA, windows in both conventions, soft-cap, empty rows
     *_cases(lambda c: not c.mla and c.head_dim == 64 and c.window is None and not c.sinks and c.softcap is None
-            and c.data == "randn" and c.num_splits is None and c.label == "", 12),
-    *_cases(lambda c: c.window is not None and not c.mla and not c.sinks),
-    *_cases(lambda c: c.softcap is not None and not c.sinks),
+            and c.data == "structured" and c.num_splits is None and c.label == "", 12, FI_CAPS),
+    *_cases(lambda c: c.window is not None and not c.mla and not c.sinks, caps=FI_CAPS),
+    *_cases(lambda c: c.softcap is not None and not c.sinks, caps=FI_CAPS),
 ])
 
 
@@ -258,14 +259,14 @@ def test_flashinfer_lse_is_converted_to_natural_log(fake_fi, monkeypatch):
 def test_flashinfer_window_convention_matters(fake_fi):
     """Planted: declare the other convention; window cases must fail."""
     import dataclasses
-    case = next(c for c in FI_CASES if c.window is not None)
+    case = next(c for c in FI_CASES if c.window is not None and c.max_len > c.visible_keys)
     fake_fi.caps = dataclasses.replace(fake_fi.caps, window_convention="counts-current")
     res = run_case(fake_fi, case, "cpu")
     assert not res.ok, res.message
 
 
 SG_CASES = _unique([
-    *_cases(lambda c: c.window is None and not c.sinks and c.softcap is None and c.data == "randn"
+    *_cases(lambda c: c.window is None and not c.sinks and c.softcap is None and c.data == "structured"
             and c.num_splits is None and c.label == "" and not c.mla, 10),
     *_cases(lambda c: c.mla, 3),
     *_cases(lambda c: c.window is not None, 4),
@@ -298,7 +299,7 @@ def test_sglang_newer_module_path(monkeypatch):
     monkeypatch.setitem(sys.modules, SG_MODULE_NEW, _fake_sglang(SG_MODULE_NEW))
     k = load_kernel(SG_SPEC)
     assert k.caps.unavailable is None
-    case = SG_CASES[0]
+    case = next(c for c in SG_CASES if all(n > 0 for n in c.seq_lens))
     assert run_case(k, case, "cpu").ok
 
 
@@ -313,4 +314,5 @@ def test_sglang_old_signature_declares_less(monkeypatch):
     monkeypatch.setitem(sys.modules, SG_MODULE, m)
     k = load_kernel(SG_SPEC)
     assert k.caps.kv_dtypes == frozenset({"bf16", "fp16"}) and not k.caps.sinks
-    assert run_case(k, SG_CASES[0], "cpu").ok
+    case = next(c for c in SG_CASES if not k.caps.missing_for(c, "cuda") and all(n > 0 for n in c.seq_lens))
+    assert run_case(k, case, "cpu").ok

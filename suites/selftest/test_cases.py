@@ -25,6 +25,10 @@ GOOD = dict(kv_dtype="bf16", num_q_heads=8, num_kv_heads=2, head_dim=64, seq_len
     (dict(data="huge-scores"), "softcap"),
     (dict(window=4, window_convention="left"), "window_convention"),
     (dict(num_splits=0), "num_splits"),
+    (dict(scale=0.0), "scale"),
+    (dict(scale=float("nan")), "scale"),
+    (dict(kv_scales=(1.0,)), "kv_scales"),
+    (dict(kv_scales=(1.0, -2.0)), "kv_scales"),
 ])
 def test_impossible_case_names_the_field(change, field):
     with pytest.raises(ValueError, match=rf"Case\.{field}: expected"):
@@ -45,6 +49,16 @@ def test_window_conventions_convert_through_visible_keys():
     assert (inc.visible_keys, exc.visible_keys) == (10, 11)
     assert inc.window_in("excludes-current") == 9 and exc.window_in("counts-current") == 11
     assert Case(**GOOD).window_in("counts-current") is None
+
+
+def test_scale_fields_override_the_defaults_and_name_themselves():
+    c = Case(**GOOD)
+    assert c.sm_scale == 1 / 8 and c.scales == (1.0, 1.0)
+    g = Case(**GOOD, scale=1 / 12, kv_scales=(0.5, 2.0))
+    assert g.sm_scale == 1 / 12 and g.scales == (0.5, 2.0)
+    assert g.id == "bf16-paged16-h8g4-d64-B2[5,9]-scale0.0833333-kvs0.5,2-s0"
+    assert Case.from_dict(g.to_dict()) == g
+    assert c.id == "bf16-paged16-h8g4-d64-B2[5,9]-s0"  # ids of cases without them unchanged
 
 
 def test_round_trip_dict():
@@ -73,11 +87,28 @@ def test_every_split_count_sees_lengths_that_fill_all_its_splits():
 def test_parity_covers_every_axis_value():
     from decode_conformance import case_sets as cs
     cases = build_set("parity", "interpreter")
-    assert {c.kv_dtype for c in cases} >= set(cs.DTYPE_AXIS)
-    assert {(c.layout, c.page_size) for c in cases} >= set(cs.LAYOUT_AXIS)
-    assert {(c.num_q_heads, c.num_kv_heads) for c in cases} >= set(cs.HEADS_AXIS)
-    assert {c.head_dim for c in cases if not c.mla} >= set(cs.HEAD_DIM_AXIS)
-    assert {(c.head_dim, c.v_head_dim) for c in cases if c.mla} >= set(cs.MLA_AXIS)
+    seen = {(a, v) for c in cases for a, v in cs.classify(c, "interpreter").items()}
+    assert {(a, v) for a, vs in cs.AXES.items() for v in vs} <= seen
     assert {c.window_convention for c in cases if c.window} == {"counts-current", "excludes-current"}
     assert any(0 in c.seq_lens for c in cases) and any(1 in c.seq_lens for c in cases)
     assert any(c.softcap for c in cases) and any(c.sinks for c in cases)
+
+
+def test_set_names_and_unknown_set():
+    from decode_conformance.case_sets import set_names
+    assert set(set_names()) >= {"smoke", "parity", "full", "fuzz"}
+    with pytest.raises(ValueError, match=r"unknown case set 'nope'; expected one of smoke, parity, full, fuzz"):
+        build_set("nope", "interpreter")
+    with pytest.raises(ValueError, match="no such file"):
+        build_set("trace:/no/such/workloads.jsonl", "interpreter")
+    assert build_set("fuzz", "interpreter") == []
+
+
+@pytest.mark.parametrize("profile", ["interpreter", "gpu"])
+def test_gpu_profile_adds_only_its_own_cases(profile):
+    """The recipes are shared: the GPU profile has the interpreter's recipes plus the GPU-only
+    2^31-element pools of fa2709."""
+    from decode_conformance.case_sets import parity_keys
+    interp, other = set(parity_keys("interpreter").values()), set(parity_keys(profile).values())
+    assert interp <= other
+    assert all(k.startswith("fa2709#") for k in other - interp)

@@ -1,6 +1,6 @@
 """GPU-class deselection: a kernel that runs fp8 MMAs skips fp8 cases on a class without fp8
 tensor cores (sm_80) with a reason, and runs them on one that has them (sm_90)."""
-from _subpytest import PARITY, run_pytest
+from suites.selftest._subpytest import PARITY, run_pytest
 
 from decode_conformance.case_sets import build_set
 

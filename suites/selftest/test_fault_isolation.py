@@ -15,7 +15,7 @@ import shlex
 
 import pytest
 
-from decode_conformance.plugin import DEFAULT_CASE_TIMEOUT, resolve_isolation
+from decode_conformance.state import DEFAULT_CASE_TIMEOUT, resolve_isolation
 from suites.selftest._subpytest import GOOD, PARITY, faulty, run_pytest, small_case_ids
 
 TIMEOUT_S = 5  # per case; a good case here takes < 0.5 s, even on a busy 2-core machine
@@ -24,7 +24,9 @@ _REPLACED = r"kernel replaced batch\.out with \((?P<got>[\d, ]+)\) (?P<got_dtype
 
 # kernel attribute -> (kernel name, message pattern, extra check on the regex match or None)
 EXPECTED = {
-    "raises": ("faulty_raises", r"^kernel raised: RuntimeError: faulty kernel: deliberate failure", None),
+    # The kernel's own traceback, trimmed to its frames (none of the suite's runner).
+    "raises": ("faulty_raises", r"(?s)^kernel raised: RuntimeError: faulty kernel: deliberate failure.*"
+                                r'faulty_kernels\.py", line \d+, in _raise', lambda m: "runner.py" not in m.string),
     "wrong_shape": ("faulty_wrong_shape", "^" + _REPLACED,
                     lambda m: m["got"] != m["own"] and m["got_dtype"] == m["own_dtype"]),
     "wrong_dtype": ("faulty_wrong_dtype", "^" + _REPLACED,
@@ -38,7 +40,7 @@ EXPECTED = {
     "abort": ("faulty_abort", r"^crashed: worker exited with signal SIGABRT; stack: .*_abort", None),
     "segfault": ("faulty_segfault", r"^crashed: worker exited with signal SIGSEGV; stack: .*_segfault", None),
     "exit_in_launch": ("faulty_exit", r"^crashed: worker exited with code 1\b", None),
-    "cuda_error": ("faulty_cuda_error", r"^kernel raised: RuntimeError: CUDA error: an illegal memory access.*"
+    "cuda_error": ("faulty_cuda_error", r"(?s)^kernel raised: RuntimeError: CUDA error: an illegal memory access.*"
                                         r"\(device context poisoned: worker restarted\)$", None),
 }
 GOOD_NAMES = ("torch_gather", "faulty_canary")

@@ -127,6 +127,7 @@ def test_assign_one_gpu_per_worker(make_specs, ids, n_workers, expected):
     got = [s.env["CUDA_VISIBLE_DEVICES"] for s in specs]
     assert got == expected
     assert all("," not in g for g in got), "a worker must see exactly one device"
+    assert {s.env[xdist_pinning.WORKERS_PER_GPU_ENV] for s in specs} == {str(-(-n_workers // len(ids)))}
 
 
 def test_assign_without_gpus_leaves_specs_alone():
@@ -136,52 +137,69 @@ def test_assign_without_gpus_leaves_specs_alone():
 
 
 class FakeConfig:
-    def __init__(self, device=None):
+    def __init__(self, device=None, args=("suites",)):
         self._device = device
+        self.args = list(args)
 
     def getoption(self, name):
         assert name == "--device"
         return self._device
 
 
-def _fake_gpus(monkeypatch, n: int, rocm: bool = False, visible: str = ""):
+def _fake_gpus(monkeypatch, n: int, rocm: bool = False, visible: str = "", cpus: int = 16):
     monkeypatch.setattr(hardware, "gpu_count", lambda: n)
     monkeypatch.setattr(hardware, "has_gpu", lambda: n > 0)
     monkeypatch.setattr(hardware, "is_rocm", lambda: rocm)
+    monkeypatch.setattr(xdist_pinning.os, "cpu_count", lambda: cpus)
+    monkeypatch.delenv(xdist_pinning.WORKERS_PER_GPU_ENV, raising=False)
     for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
         monkeypatch.delenv(var, raising=False)
     if visible:
         monkeypatch.setenv(hardware.visible_devices_var(rocm), visible)
 
 
-@pytest.mark.parametrize("n,device,expected", [
-    (4, None, 4), (8, "cuda", 8), (1, None, 1),
-    (0, None, None),  # no GPU: xdist's own default (CPU count)
-    (4, "cpu", None),  # --device=cpu on a GPU machine: the GPUs do not bound the workers
+PER_GPU = xdist_pinning.WORKERS_PER_GPU
+
+
+@pytest.mark.parametrize("n,device,cpus,expected", [
+    (1, None, 16, PER_GPU),  # one GPU: several workers, the correctness suites are host-bound
+    (2, "cuda", 16, 2 * PER_GPU),
+    (8, None, 16, 8 * 2),  # bounded by the CPU count: 2 per GPU on 16 cores
+    (0, None, 16, None),  # no GPU: xdist's own default (CPU count)
+    (4, "cpu", 16, None),  # --device=cpu on a GPU machine: the GPUs do not bound the workers
 ])
-def test_auto_num_workers_is_the_gpu_count(monkeypatch, n, device, expected):
-    _fake_gpus(monkeypatch, n)
-    assert xdist_pinning.pytest_xdist_auto_num_workers(FakeConfig(device)) == expected
+def test_auto_num_workers_several_per_gpu(monkeypatch, n, device, cpus, expected):
+    _fake_gpus(monkeypatch, n, cpus=cpus)
+    assert xdist_pinning.auto_num_workers(FakeConfig(device)) == expected
 
 
-def test_auto_num_workers_honours_visible_devices(monkeypatch):
+def test_auto_num_workers_perf_alone_is_one_per_gpu(monkeypatch):
+    _fake_gpus(monkeypatch, 2)
+    assert xdist_pinning.auto_num_workers(FakeConfig(args=["suites/perf"])) == 2
+    assert xdist_pinning.auto_num_workers(FakeConfig(args=["decode_conformance.suites.perf"])) == 2
+
+
+def test_auto_num_workers_honours_visible_devices_and_env(monkeypatch):
     _fake_gpus(monkeypatch, 2, visible="3,5")  # torch counts the 2 the parent may use
-    assert xdist_pinning.pytest_xdist_auto_num_workers(FakeConfig()) == 2
+    assert xdist_pinning.auto_num_workers(FakeConfig()) == 2 * PER_GPU
+    monkeypatch.setenv(xdist_pinning.WORKERS_PER_GPU_ENV, "1")
+    assert xdist_pinning.auto_num_workers(FakeConfig()) == 2
 
 
 @pytest.mark.parametrize("rocm,var", [(False, "CUDA_VISIBLE_DEVICES"), (True, "HIP_VISIBLE_DEVICES")])
 def test_setupnodes_pins_each_worker(monkeypatch, rocm, var):
     _fake_gpus(monkeypatch, 2, rocm=rocm, visible="3,5")
-    specs = [FakeSpec() for _ in range(2)]
-    xdist_pinning.pytest_xdist_setupnodes(FakeConfig(), specs)
-    assert [s.env for s in specs] == [{var: "3"}, {var: "5"}]
+    specs = [FakeSpec() for _ in range(4)]
+    xdist_pinning.setup_nodes(FakeConfig(), specs)
+    assert [s.env[var] for s in specs] == ["3", "5", "3", "5"]
+    assert all(s.env[xdist_pinning.WORKERS_PER_GPU_ENV] == "2" for s in specs)
 
 
 @pytest.mark.parametrize("n,device", [(0, None), (2, "cpu")])
 def test_setupnodes_leaves_cpu_runs_alone(monkeypatch, n, device):
     _fake_gpus(monkeypatch, n)
     specs = [FakeSpec() for _ in range(2)]
-    xdist_pinning.pytest_xdist_setupnodes(FakeConfig(device), specs)
+    xdist_pinning.setup_nodes(FakeConfig(device), specs)
     assert all(s.env == {} for s in specs)
 
 

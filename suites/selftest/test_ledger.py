@@ -72,7 +72,7 @@ def test_unknown_top_level_key(tmp_path):
 
 
 def test_repository_ledger_parses():
-    Ledger.load(default_ledger_paths(ROOT))
+    Ledger.load(default_ledger_paths())
 
 
 def test_gpu_class_filter_and_patterns():

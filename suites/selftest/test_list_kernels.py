@@ -12,10 +12,10 @@ MISSING_ATTR = "decode_conformance_kernels.registry:no_such_kernel"
 UNAVAILABLE = "decode_conformance_kernels.registry:flashinfer_decode"
 
 
-def test_list_kernels_prints_every_kernel_and_exits_0():
+def test_list_kernels_prints_every_kernel():
     specs = [GOOD, faulty("nan"), MISSING_MODULE, MISSING_ATTR, UNAVAILABLE]
     run = run_pytest("--list-kernels", *[f"--kernel={s}" for s in specs], timeout=120)
-    assert run.rc == 0, run.out[-2000:]
+    assert run.rc == 4, run.out[-2000:]  # two specs do not load: a usage error, after listing all
     out = run.out
     for name, spec in (("torch_gather", GOOD), ("faulty_nan", faulty("nan")),
                        ("flashinfer_decode", UNAVAILABLE)):
@@ -29,8 +29,8 @@ def test_list_kernels_prints_every_kernel_and_exits_0():
 
 def test_list_kernels_default_set():
     """Without --kernel: the shipped kernels, whatever state each is in, and exit 0."""
-    from decode_conformance.kernel_api import SHIPPED
+    from decode_conformance.kernel_api import shipped_specs
     run = run_pytest("--list-kernels", timeout=120)
     assert run.rc == 0, run.out[-2000:]
-    for spec in SHIPPED:
+    for spec in shipped_specs():
         assert spec in run.out, f"{spec} not listed"

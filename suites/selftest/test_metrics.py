@@ -1,69 +1,112 @@
-"""The judge: each planted defect in an otherwise exact output must fail its named check,
-and an output at the dtype's rounding floor must pass."""
+"""The judge: each planted defect in an otherwise exact output must fail its named check, an
+output at the dtype's rounding floor must pass, and the row budget scales with each row."""
 import math
 
 import torch
 
 from decode_conformance.cases import Case
 from decode_conformance.factories import build
-from decode_conformance.metrics import judge
-from decode_conformance.reference import low_precision_attention, reference
+from decode_conformance.metrics import judge, row_budget, ulp
+from decode_conformance.reference import reference, tier_attention
 
 CASE = Case(kv_dtype="bf16", num_q_heads=32, num_kv_heads=8, head_dim=64, seq_lens=(300, 0, 129, 77), page_size=16)
 
 
-def _setup():
-    b = build(CASE)
-    ref = reference(b)
-    return b, ref, low_precision_attention(b)
+def _setup(case=CASE):
+    b = build(case)
+    return b, reference(case, b), tier_attention(case, b)
 
 
-def _judge(out, lse, ref, budget):
-    return judge(CASE, out, lse, ref.out, ref.lse, ref.visible, budget)
+def _judge(out, lse, ref, tier, case=CASE, sinks=None):
+    return judge(case, out, lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lse, sinks)
 
 
 def test_rounded_reference_passes():
-    b, ref, budget = _setup()
-    v = _judge(ref.out.to(torch.bfloat16), ref.lse.float(), ref, budget)
+    b, ref, tier = _setup()
+    v = _judge(ref.out.to(torch.bfloat16), ref.lse.float(), ref, tier)
     assert v.passed, v.summary()
+    assert v.worst_row_ratio < 0.5, "a correctly rounded output sits well inside every row's budget"
+
+
+def test_torch_in_the_case_dtype_passes():
+    b, ref, tier = _setup()
+    assert _judge(tier.out, ref.lse.float(), ref, tier).passed
 
 
 def test_one_bad_row_fails_although_global_cosine_passes():
-    b, ref, budget = _setup()
+    b, ref, tier = _setup()
     out = ref.out.clone()
     out[2, 5, 3] += 0.1  # one element of one (request, head) row of 128 is wrong
-    v = _judge(out.to(torch.bfloat16), ref.lse.float(), ref, budget)
+    v = _judge(out.to(torch.bfloat16), ref.lse.float(), ref, tier)
     assert v.cosine > 0.9995, "the planted error should hide from the global cosine"
-    assert not v.passed and v.worst_row == (2, 5)
-    assert any("rows over tolerance" in f for f in v.failures)
+    assert not v.passed and v.worst_row == (2, 5) and v.rows_over == 1
+    assert any("rows over their error budget" in f for f in v.failures)
+
+
+def test_a_two_percent_error_on_one_long_row_fails_its_row():
+    """The short rows dominate any global number; the long row is judged on its own."""
+    b, ref, tier = _setup()
+    out = ref.out.clone()
+    out[0] *= 0.98  # request 0 (300 keys) only
+    v = _judge(out.to(torch.bfloat16), ref.lse.float(), ref, tier)
+    assert not v.passed and v.worst_row[0] == 0 and v.rows_over == CASE.num_q_heads, v.summary()
+
+
+def test_budget_is_the_rows_own():
+    """A row's floor follows its own magnitude (its ulp), not the largest value of the output."""
+    b, ref, tier = _setup()
+    big = ref.out.clone()
+    big[3] *= 1000.0  # one request with huge outputs must not loosen the others' budgets
+    small = row_budget(ref.out, tier.out, ref.visible, torch.bfloat16)
+    mixed = row_budget(big, tier.out * torch.tensor([1, 1, 1, 1000.0], dtype=torch.float64)[:, None, None]
+                       .to(tier.out.dtype), ref.visible, torch.bfloat16)
+    torch.testing.assert_close(mixed.l2[:3], small.l2[:3])
+    assert ulp(torch.tensor([1.0, 3.0, 1e-3], dtype=torch.float64), torch.bfloat16).tolist() == \
+        [2 ** -7, 2 ** -6, 2 ** -17]
 
 
 def test_nan_fails():
-    b, ref, budget = _setup()
+    b, ref, tier = _setup()
     out = ref.out.to(torch.bfloat16)
     out[3, 0, 7] = float("nan")
-    v = _judge(out, ref.lse.float(), ref, budget)
+    v = _judge(out, ref.lse.float(), ref, tier)
     assert not v.passed and v.nonfinite == 1
 
 
 def test_padding_row_must_be_zero():
-    b, ref, budget = _setup()
+    b, ref, tier = _setup()
     out = ref.out.to(torch.bfloat16)
     out[1] = 1e-3  # request 1 has length 0
-    v = _judge(out, ref.lse.float(), ref, budget)
+    v = _judge(out, ref.lse.float(), ref, tier)
     assert not v.passed and any("exactly zero" in f for f in v.failures)
 
 
+def test_padding_row_lse_must_be_minus_inf_or_the_sink():
+    b, ref, tier = _setup()
+    lse = ref.lse.float().clone()
+    lse[1] = 0.0  # a kernel that leaves 0 instead of -inf on an empty row
+    v = _judge(ref.out.to(torch.bfloat16), lse, ref, tier)
+    assert not v.passed and any("no visible key must be -inf" in f for f in v.failures)
+    case = CASE.replace(sinks=True)
+    b, ref, tier = _setup(case)
+    good = _judge(ref.out.to(torch.bfloat16), ref.lse.float(), ref, tier, case, b.sinks)
+    assert good.passed, good.summary()
+    lse = ref.lse.float().clone()
+    lse[1] = float("-inf")  # with sinks the empty row's LSE is the sink's logit
+    v = _judge(ref.out.to(torch.bfloat16), lse, ref, tier, case, b.sinks)
+    assert not v.passed and any("the sink's logit" in f for f in v.failures)
+
+
 def test_lse_in_base_two_fails():
-    b, ref, budget = _setup()
-    v = _judge(ref.out.to(torch.bfloat16), (ref.lse / math.log(2)).float(), ref, budget)
+    b, ref, tier = _setup()
+    v = _judge(ref.out.to(torch.bfloat16), (ref.lse / math.log(2)).float(), ref, tier)
     assert not v.passed and any("LSE" in f for f in v.failures)
 
 
-def test_error_budget_catches_a_uniformly_sloppy_kernel():
-    # 2 % noise everywhere: inside a loose per-row tolerance, but far above torch's own bf16 error
-    b, ref, budget = _setup()
+def test_uniformly_sloppy_kernel_fails():
+    # 2 % noise everywhere: far above torch's own bf16 error on every row
+    b, ref, tier = _setup()
     g = torch.Generator().manual_seed(0)
     noisy = ref.out * (1 + 0.02 * torch.randn(ref.out.shape, generator=g, dtype=torch.float64))
-    v = _judge(noisy.to(torch.bfloat16), ref.lse.float(), ref, budget)
-    assert not v.passed and any("x torch-bfloat16 error" in f for f in v.failures), v.summary()
+    v = _judge(noisy.to(torch.bfloat16), ref.lse.float(), ref, tier)
+    assert not v.passed and v.rows_over > 50, v.summary()

@@ -1,0 +1,201 @@
+"""The kernels' speed on the cells of issue #11, side by side, in one harness: CUDA-graph replay
+of one launch, the L2 flushed (a 256 MB read) before every replay, events around the replay
+alone, median of repeats (decode_conformance.timing). bf16, paged KV (16-key pages, shuffled),
+torch SDPA on a dense contiguous copy as the peer.
+
+    python benchmarks/kernel_table.py table --out DIR        # the table (+ plot)
+    python benchmarks/kernel_table.py tune --out DIR         # launch-config candidates per cell
+
+Each kernel's output is checked against SDPA's on the same inputs before it is timed: a fast
+wrong kernel is not a result. Writes DIR/<mode>.json and DIR/<mode>.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import pathlib
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from decode_conformance import _paths  # noqa: E402
+
+_paths.alias_checkout()
+
+from decode_conformance import timing  # noqa: E402
+from decode_conformance.cases import Case  # noqa: E402
+from decode_conformance.metrics import cosine  # noqa: E402
+from decode_conformance.runner import prepare  # noqa: E402
+from decode_conformance_kernels import registry  # noqa: E402
+
+K = 1024
+RAGGED16 = (1600, 65536, 4096, 32768, 2048, 48000, 8192, 16384, 24576, 1700, 40000, 60000, 12000, 30000, 57000, 28144)
+# (Hq, Hkv, D, lengths) - the cells of the issue's table
+CELLS = [
+    ((32, 8, 128), (128 * K,)), ((32, 8, 128), (32 * K,)), ((32, 8, 128), (4 * K,)), ((32, 8, 128), (128 * K,) * 4),
+    ((16, 2, 256), (128 * K,)), ((16, 2, 256), (32 * K,)), ((16, 2, 256), (4 * K,)), ((16, 2, 256), (32 * K,) * 4),
+    ((32, 8, 128), RAGGED16),
+]
+KERNELS = ("adaptive_split", "fixed_split", "lean", "dispatch")
+
+
+def _case(shape, lens, seed=7) -> Case:
+    hq, hkv, d = shape
+    return Case(kv_dtype="bf16", num_q_heads=hq, num_kv_heads=hkv, head_dim=d, seq_lens=tuple(lens),
+                layout="paged", page_size=16, seed=seed)
+
+
+def _sdpa(case, batch):
+    """SDPA per request on dense contiguous K/V (a padded batch would read more than the floor)."""
+    outs, qs, ks, vs = [], [], [], []
+    start = 0
+    for b, L in enumerate(case.seq_lens):
+        sl = batch.kv_indices[start:start + L].long()
+        start += L
+        ks.append(batch.k_slots()[sl].transpose(0, 1).contiguous()[None])
+        vs.append(batch.v_slots()[sl].transpose(0, 1).contiguous()[None])
+        qs.append(batch.q[b:b + 1, :, None, :].contiguous())
+        outs.append(torch.empty((1, case.num_q_heads, 1, case.v_head_dim), dtype=batch.q.dtype, device="cuda"))
+
+    def launch():
+        for q, k, v, o in zip(qs, ks, vs, outs):
+            o.copy_(F.scaled_dot_product_attention(q, k, v, scale=case.sm_scale, enable_gqa=True))
+    return launch, lambda: torch.cat([o[:, :, 0] for o in outs])
+
+
+def _floor_us(case, tbs):
+    return timing.kv_floor_us(1, case.total_keys, case.num_kv_heads, case.head_dim, 2, tbs)
+
+
+def _label(shape, lens):
+    n = len(lens)
+    ctx = f"{lens[0] // K}k" if len(set(lens)) == 1 else f"ragged {min(lens)}-{max(lens)} ({sum(lens) // K}k keys)"
+    return f"{'/'.join(map(str, shape))} {n}x{ctx}" if len(set(lens)) == 1 else f"{'/'.join(map(str, shape))} {n} {ctx}"
+
+
+def table(reps, tbs, deadline):
+    rows = []
+    for shape, lens in CELLS:
+        if time.time() > deadline:
+            break
+        case = _case(shape, lens)
+        row = dict(cell=_label(shape, lens), shape=shape, lens=list(lens), floor_us=_floor_us(case, tbs))
+        ref_launch, ref_out = None, None
+        for name in KERNELS:
+            try:
+                kernel = getattr(registry, name)()
+                batch = prepare(kernel, case, "cuda")
+                if ref_launch is None:
+                    ref_launch, ref_get = _sdpa(case, batch)
+                    row["sdpa_us"] = timing.graph_median_us(ref_launch, "cuda", reps=reps)
+                    ref_launch()
+                    ref_out = ref_get()
+                launch = kernel.plan(batch)
+                us = timing.graph_median_us(launch, "cuda", reps=reps)
+                batch.repoison_outputs()
+                launch()
+                torch.cuda.synchronize()
+                row[f"{name}_us"] = us
+                row[f"{name}_cos"] = cosine(batch.out.float(), ref_out.float())
+            except Exception as e:  # one kernel's failure must not take the table down
+                row[f"{name}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            torch.cuda.empty_cache()
+        rows.append(row)
+        print(_md_row(row), flush=True)
+    return rows
+
+
+def _md_row(r):
+    def cell(name):
+        us = r.get(f"{name}_us")
+        if us is None:
+            return "err" if f"{name}_error" in r else "-"
+        bad = "" if r.get(f"{name}_cos", 1.0) > 0.999 else " (WRONG)"
+        return f"{us:.1f}{bad}"
+    pct = f"{100 * r['floor_us'] / r['adaptive_split_us']:.0f}%" if r.get("adaptive_split_us") else "-"
+    return (f"| {r['cell']} | {r['floor_us']:.1f} | {cell('adaptive_split')} ({pct}) | {cell('fixed_split')} | "
+            f"{cell('lean')} | {cell('dispatch')} | {r.get('sdpa_us', float('nan')):.1f} |")
+
+
+# Launch configurations to try on the adaptive kernel: (block_n, num_warps, num_stages).
+TUNE_CONFIGS = [(64, 8, 3), (64, 4, 3), (32, 4, 3), (32, 4, 4), (32, 8, 3), (128, 4, 2), (128, 8, 2), (64, 4, 4),
+                (32, 4, 2), (16, 4, 3)]
+TUNE_SPLITS = (None, 128, 256)
+
+
+def tune(reps, tbs, deadline):
+    from decode_conformance_kernels.adaptive_split import decode_attention_adaptive, plan_splits
+    rows = []
+    for shape, lens in CELLS:
+        case = _case(shape, lens)
+        kernel = registry.adaptive_split()
+        batch = prepare(kernel, case, "cuda")
+        ref_launch, ref_get = _sdpa(case, batch)
+        ref_launch()
+        ref = ref_get()
+        base_S = plan_splits(case.batch, *shape[:2], device="cuda")[0]
+        for (bn, warps, stages) in TUNE_CONFIGS:
+            for S in TUNE_SPLITS:
+                if time.time() > deadline:
+                    return rows
+                splits = S or base_S
+                kw = dict(sm_scale=case.sm_scale, lse=batch.lse, splits=splits, block_n=bn, num_warps=warps,
+                          num_stages=stages)
+                args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
+                row = dict(cell=_label(shape, lens), block_n=bn, warps=warps, stages=stages, splits=splits,
+                           floor_us=_floor_us(case, tbs))
+                try:
+                    p = torch.empty((case.batch, case.num_q_heads, splits, case.v_head_dim), device="cuda")
+                    pl = torch.empty((case.batch, case.num_q_heads, splits), device="cuda")
+                    fn = lambda: decode_attention_adaptive(*args, partials=p, partial_lse=pl, **kw)  # noqa: E731
+                    row["us"] = timing.graph_median_us(fn, "cuda", reps=reps)
+                    fn()
+                    torch.cuda.synchronize()
+                    row["cos"] = cosine(batch.out.float(), ref.float())
+                except Exception as e:
+                    row["error"] = f"{type(e).__name__}: {str(e)[:160]}"
+                rows.append(row)
+        best = min((r for r in rows if r["cell"] == _label(shape, lens) and "us" in r and r.get("cos", 0) > 0.999),
+                   key=lambda r: r["us"], default=None)
+        if best:
+            print(f"{best['cell']}: best {best['us']:.1f} us ({100 * best['floor_us'] / best['us']:.0f}% of floor) "
+                  f"with BLOCK_N {best['block_n']}, {best['warps']} warps, {best['stages']} stages, "
+                  f"{best['splits']} splits (plan: {base_S})", flush=True)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", choices=("table", "tune"))
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--max-seconds", type=float, default=240)
+    a = ap.parse_args()
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + a.max_seconds
+    tbs = timing.copy_bandwidth_tbs()
+    import triton
+    meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                copy_tbs=tbs, read_tbs=timing.read_bandwidth_tbs(), reps=a.reps,
+                method="CUDA-graph replay, 256 MB L2 flush before each, events around the replay, median")
+    print(f"copy {tbs:.2f} TB/s, read {meta['read_tbs']:.2f} TB/s", flush=True)
+    if a.mode == "table":
+        print("| cell | floor us | adaptive (% floor) | fixed-8 | lean | dispatch | SDPA dense |\n|---|---|---|---|---|---|---|")
+    rows = table(a.reps, tbs, deadline) if a.mode == "table" else tune(a.reps, tbs, deadline)
+    (out / f"{a.mode}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    if a.mode == "table":
+        md = ["| cell | floor us | adaptive (% floor) | fixed-8 | lean | dispatch | SDPA dense |",
+              "|---|---|---|---|---|---|---|"] + [_md_row(r) for r in rows]
+        (out / "table.md").write_text("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""The state of one conformance run, built once per pytest process from its options.
+
+`plugin.py` is thin hooks over this object. Building it is where every configuration
+mistake becomes a usage error - before any case runs, once, naming what was wrong and what
+was expected: a kernel spec that does not import or is not a kernel, a ledger that does not
+parse, an unknown case set or case id, a CUDA device on a machine without one, a kernel
+module imported before the interpreter could be switched on.
+
+Nothing here runs at import or at plugin load: `conformance_requested` decides from the
+command line whether this pytest run is a conformance run at all, so an adopter's unrelated
+tests pay nothing (no environment change, no Triton patching, no kernel imports).
+"""
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import pathlib
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Optional
+
+import pytest
+
+from . import hardware
+
+ISOLATION_MODES = ("none", "process")
+DEFAULT_CASE_TIMEOUT = {"gpu": 600.0, "cpu": 900.0}
+SUITES_PACKAGE = "decode_conformance.suites"
+# Options whose presence on the command line makes a run a conformance run by itself.
+CONFORMANCE_OPTIONS = ("--kernel", "--case-set", "--case-id", "--list-kernels", "--conformance-report",
+                       "--require-cases", "--ledger", "--gpu-class", "--isolation", "--case-timeout",
+                       "--perf-baseline-dir", "--perf-record", "--perf-require-baseline",
+                       "--fuzz-examples", "--fuzz-seed", "--fuzz-database", "--fuzz-shrink-seconds")
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One kernel under test as a test parameter (its report row reads these fields)."""
+    spec: str
+    kernel: object
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def __repr__(self) -> str:  # shows in pytest's output for the parameter
+        return self.name
+
+
+@dataclass
+class RunState:
+    device: str
+    gpu_class: str
+    case_set: str
+    kernels: list[KernelParam]
+    ledger: object
+    ledger_paths: list[str]
+    isolation: str
+    case_timeout: Optional[float]
+    pyargs: bool
+    require_cases: bool
+    case_ids: list[str] = field(default_factory=list)
+    runner: object = None  # isolation.IsolatedRunner, started on the first isolated case
+    workers_per_device: int = 1
+    free_memory_gb: Optional[float] = None  # this process's share of the device's free memory
+
+    @property
+    def profile(self) -> str:
+        return "interpreter" if self.device == "cpu" else "gpu"
+
+    @property
+    def device_type(self) -> str:
+        return "cpu" if self.device == "cpu" else "cuda"
+
+    @cached_property
+    def cases(self) -> list:
+        """The selected case set (and --case-id filter), validated when the state was built."""
+        from .case_sets import build_set
+        cases = build_set(self.case_set, self.profile)
+        if self.case_ids:
+            wanted = set(self.case_ids)
+            cases = [c for c in cases if c.id in wanted]
+        return cases
+
+    def suite_arg(self, path: pathlib.Path, rootpath: pathlib.Path) -> str:
+        """How to name the suite of a test file in a reproduce line: the module path under
+        --pyargs, else a path relative to the rootdir."""
+        if self.pyargs:
+            parts = path.with_suffix("").parts
+            i = max(i for i, p in enumerate(parts) if p == "suites")
+            pkg = ".".join((SUITES_PACKAGE,) + parts[i + 1:-1])
+            return pkg
+        try:
+            return str(path.parent.relative_to(rootpath))
+        except ValueError:
+            return str(path.parent)
+
+    def case_marks(self, kp: KernelParam, case) -> list:
+        """Skips (missing capability, memory, fp8 MMA on a class without it) and ledger marks."""
+        from .memory import case_bytes
+        marks = [pytest.mark.decode_case]
+        missing = kp.kernel.caps.missing_for(case, self.device_type)
+        if missing:
+            return marks + [pytest.mark.skip(reason=f"{kp.name} lacks: {', '.join(missing)}")]
+        need_gb = case_bytes(case) / 2**30
+        marks.append(pytest.mark.min_gpu_memory(round(need_gb, 2)))
+        if self.free_memory_gb is not None and need_gb > self.free_memory_gb:
+            share = f" (one of {self.workers_per_device} workers on it)" if self.workers_per_device > 1 else ""
+            return marks + [pytest.mark.skip(reason=f"needs {need_gb:.1f} GB of device memory; {self.free_memory_gb:.1f} "
+                                                    f"GB free for this worker{share}")]
+        cls = hardware.known_classes().get(self.gpu_class)
+        if case.is_fp8 and kp.kernel.caps.fp8_mma:
+            marks.append(pytest.mark.fp8_tensor_cores)
+            if cls is not None and cls.vendor != "cpu" and not cls.fp8_tensor_cores:
+                return marks + [pytest.mark.skip(reason=f"{kp.name} runs fp8 MMAs; class {self.gpu_class} has no fp8 "
+                                                        "tensor cores")]
+        entry = self.ledger.match(kp.name, case.id, self.gpu_class)
+        if entry is not None:
+            marks.append(entry.mark())
+        return marks
+
+
+# ---- is this a conformance run? ----------------------------------------------------------
+
+def _suites_dirs() -> list[pathlib.Path]:
+    try:
+        spec = importlib.util.find_spec(SUITES_PACKAGE)
+    except (ModuleNotFoundError, ValueError):
+        spec = None
+    dirs = [pathlib.Path(p).resolve() for p in (spec.submodule_search_locations or [])] if spec else []
+    from ._paths import checkout_root
+    root = checkout_root()
+    if root is not None and (root / "suites").is_dir():
+        dirs.append((root / "suites").resolve())
+    return dirs
+
+
+def conformance_requested(config) -> bool:
+    """True when the command line names a conformance suite (a path inside it, or a module
+    under `decode_conformance.suites` with --pyargs) or one of the conformance options."""
+    argv = list(config.invocation_params.args)
+    if any(a == opt or a.startswith(opt + "=") for a in argv for opt in CONFORMANCE_OPTIONS):
+        return True
+    args = list(config.args)
+    if config.getoption("pyargs", False) and any(a.split("::")[0].startswith(SUITES_PACKAGE) for a in args):
+        return True
+    dirs = _suites_dirs()
+    for a in args:
+        p = pathlib.Path(config.invocation_params.dir, a.split("::")[0]).resolve()
+        for d in dirs:
+            if p == d or d in p.parents or p in d.parents:
+                return True
+    return False
+
+
+# ---- building the state --------------------------------------------------------------------
+
+def _device(config) -> str:
+    opt = config.getoption("--device")
+    if not opt:
+        return "cuda" if hardware.has_gpu() else "cpu"
+    if opt != "cpu" and not opt.startswith("cuda"):
+        raise pytest.UsageError(f"--device: expected cpu, cuda or cuda:N, got {opt!r}")
+    if opt.startswith("cuda") and not hardware.has_gpu():
+        raise pytest.UsageError(f"--device={opt}: this machine has no CUDA/ROCm GPU visible to torch "
+                                "(use --device=cpu, or leave --device out to choose automatically)")
+    if opt.startswith("cuda:"):
+        idx = opt.split(":", 1)[1]
+        if not idx.isdigit() or int(idx) >= hardware.gpu_count():
+            raise pytest.UsageError(f"--device={opt}: expected cuda:N with N < {hardware.gpu_count()} "
+                                    "(the GPUs visible to this process)")
+    return opt
+
+
+def resolve_isolation(device: str, isolation: Optional[str], timeout: Optional[float]) -> tuple[str, Optional[float]]:
+    """(--isolation, --case-timeout) after defaults: process isolation and 600 s on a GPU,
+    none and 900 s on cpu (where kernels are plain Python under the interpreter and a
+    worker process would only cost time). A timeout of 0 means none (returned as None)."""
+    kind = "cpu" if device == "cpu" else "gpu"
+    isolation = isolation or ("none" if kind == "cpu" else "process")
+    if isolation not in ISOLATION_MODES:
+        raise pytest.UsageError(f"--isolation: expected one of {ISOLATION_MODES}, got {isolation!r}")
+    timeout = DEFAULT_CASE_TIMEOUT[kind] if timeout is None else float(timeout)
+    if timeout < 0:
+        raise pytest.UsageError(f"--case-timeout: expected seconds >= 0 (0 = none), got {timeout:g}")
+    return isolation, (timeout or None)
+
+
+def _jit_functions_not_interpreted(module_names: list[str]) -> list[str]:
+    """Triton kernels defined before TRITON_INTERPRET=1 took effect (compiled-mode JITFunctions
+    in modules of the given packages)."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except Exception:
+        return []
+    found = []
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not any(name == m or name.startswith(m + ".") for m in module_names):
+            continue
+        for attr, val in list(vars(mod).items()):
+            if type(val) is JITFunction:
+                found.append(f"{name}.{attr}")
+    return found
+
+
+def _load_kernels(specs: list[str], device: str) -> list[KernelParam]:
+    from .kernel_api import KernelLoadError, load_kernel
+    preloaded = {s.split(":", 1)[0] for s in specs if s.split(":", 1)[0] in sys.modules}
+    out, errors = [], []
+    for spec in specs:
+        try:
+            out.append(KernelParam(spec, load_kernel(spec)))
+        except KernelLoadError as e:
+            errors.append(str(e))
+    if errors:
+        raise pytest.UsageError("--kernel: " + "\n\n".join(errors))
+    names = [k.name for k in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise pytest.UsageError(f"--kernel: two kernels are named {dup}; names key results and ledgers, "
+                                "so each kernel under test needs its own")
+    if device == "cpu":
+        packages = sorted({s.split(":", 1)[0].split(".")[0] for s in specs})
+        stale = _jit_functions_not_interpreted(packages)
+        if stale:
+            early = sorted(preloaded) or packages
+            raise pytest.UsageError(
+                f"kernel module(s) {early} defined Triton kernels before decode-conformance could switch on "
+                f"Triton's interpreter (TRITON_INTERPRET=1) for this CPU run, so they would run compiled, not "
+                f"interpreted: {stale[:3]}. Set TRITON_INTERPRET=1 in the environment before pytest starts, or "
+                "keep conftest.py files and earlier plugins from importing the kernel module.")
+    return out
+
+
+def _validate_case_selection(case_set: str, case_ids: list[str], profile: str) -> None:
+    from .case_sets import build_set, set_names
+    try:
+        cases = build_set(case_set, profile)
+    except ValueError as e:
+        raise pytest.UsageError(f"--case-set={case_set}: {e}") from None
+    if not case_ids:
+        return
+    known = {c.id for c in cases}
+    unknown = [w for w in case_ids if w not in known]
+    if not unknown:
+        return
+    other = "gpu" if profile == "interpreter" else "interpreter"
+    try:
+        other_ids = {c.id for c in build_set(case_set, other)}
+    except ValueError:
+        other_ids = set()
+    lines = []
+    for w in unknown:
+        if w in other_ids:
+            lines.append(f"  {w}: a {other}-profile case (this run uses the {profile} profile: "
+                         f"{'run it on a GPU' if other == 'gpu' else 'run it with --device=cpu'})")
+            continue
+        near = difflib.get_close_matches(w, sorted(known), n=3, cutoff=0.6)
+        lines.append(f"  {w}: not in case set {case_set!r} ({profile})" +
+                     (f"; nearest: {', '.join(near)}" if near else ""))
+    raise pytest.UsageError("--case-id: unknown case id(s)\n" + "\n".join(lines) +
+                            f"\n(case sets: {', '.join(set_names())})")
+
+
+def _free_memory_share(device: str, workers: int) -> Optional[float]:
+    if device == "cpu":
+        return None
+    import torch
+    free, _total = torch.cuda.mem_get_info(torch.device(device))
+    return free / 2**30 / max(1, workers) * 0.9
+
+
+WORKERS_PER_GPU_ENV = "DECODE_CONFORMANCE_WORKERS_PER_GPU"  # set on each xdist worker by the pinning hook
+
+
+def workers_sharing_device() -> int:
+    """xdist workers pinned to the same GPU as this one (1 outside xdist)."""
+    try:
+        return max(1, int(os.environ.get(WORKERS_PER_GPU_ENV, "1")))
+    except ValueError:
+        return 1
+
+
+def build_state(config) -> RunState:
+    """Everything the run needs, validated. Raises pytest.UsageError naming the mistake."""
+    device = _device(config)
+    if device == "cpu":
+        # Must precede the definition of any kernel's Triton functions in this process; the
+        # isolation worker runs the same function.
+        from .isolation import use_interpreter
+        use_interpreter()
+    elif os.environ.get("TRITON_INTERPRET") == "1":
+        raise pytest.UsageError("TRITON_INTERPRET=1 is set but --device is a GPU: unset it or pass --device=cpu")
+    gpu_class = config.getoption("--gpu-class") or (hardware.CPU_CLASS if device == "cpu" else hardware.detect_class())
+    if gpu_class not in hardware.known_classes():
+        raise pytest.UsageError(f"--gpu-class={gpu_class}: not a row of the GPU class table; expected one of "
+                                f"{sorted(hardware.known_classes())}")
+    profile = "interpreter" if device == "cpu" else "gpu"
+    case_set = config.getoption("--case-set") or os.environ.get("DECODE_CONFORMANCE_CASE_SET") or "parity"
+    case_ids = list(config.getoption("--case-id") or [])
+    _validate_case_selection(case_set, case_ids, profile)
+
+    from .kernel_api import kernel_specs
+    kernels = _load_kernels(kernel_specs(config.getoption("--kernel")), device)
+
+    from .ledger import Ledger, LedgerError, default_ledger_paths
+    ledger_paths = list(config.getoption("--ledger") or default_ledger_paths())
+    try:
+        ledger = Ledger.load(ledger_paths)
+    except LedgerError as e:
+        raise pytest.UsageError(f"--ledger: {e}") from None
+    isolation, timeout = resolve_isolation(device, config.getoption("--isolation"), config.getoption("--case-timeout"))
+    workers = workers_sharing_device()
+    return RunState(device=device, gpu_class=gpu_class, case_set=case_set, kernels=kernels, ledger=ledger,
+                    ledger_paths=ledger_paths, isolation=isolation, case_timeout=timeout,
+                    pyargs=bool(config.getoption("pyargs", False)),
+                    require_cases=bool(config.getoption("--require-cases")), case_ids=case_ids,
+                    workers_per_device=workers, free_memory_gb=_free_memory_share(device, workers))
+
+
+def list_kernels(config) -> int:
+    """--list-kernels: every kernel spec with its capabilities, or why it does not load. Exit
+    code 0 when all load, pytest's usage-error code otherwise."""
+    if _device(config) == "cpu":
+        from .isolation import use_interpreter
+        use_interpreter()
+    from .kernel_api import KernelLoadError, kernel_specs, load_kernel
+    bad = 0
+    for spec in kernel_specs(config.getoption("--kernel")):
+        try:
+            k = load_kernel(spec)
+        except KernelLoadError as e:
+            bad += 1
+            print(f"{spec}\n    NOT LOADED: " + str(e).replace("\n", "\n    "))
+            continue
+        print(f"{k.name:16s} {spec}\n    {k.caps.describe()}")
+    return int(pytest.ExitCode.USAGE_ERROR) if bad else 0

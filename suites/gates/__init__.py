@@ -1,0 +1,1 @@
+"""Gate logic: dispatch heuristics as pure functions (no GPU)."""

@@ -1,0 +1,1 @@
+"""Parity: kernels against the float64 reference, CUDA-graph replay, determinism, batch invariance."""

@@ -1,0 +1,1 @@
+"""The perf-regression guard (GPU only, never under xdist)."""

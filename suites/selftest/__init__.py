@@ -1,0 +1,1 @@
+"""The suite testing itself (checkout only, not installed)."""

@@ -1,0 +1,156 @@
+"""Fuzz mode: the strategy draws valid cases across the axes, a correct kernel passes, and
+the planted bug of docs/fuzz.md - a kernel that re-derives the softmax scale from the shapes
+instead of taking the caller's - passes the whole parity set yet is found within the
+documented budget (seed 0, 200 examples) and shrunk to a one-key case printed as a
+paste-ready regression record."""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import types
+
+import pytest
+
+from decode_conformance import fuzz as fz
+from decode_conformance.case_sets import build_set
+from decode_conformance.cases import Case
+from suites.selftest._subpytest import ROOT, run_pytest
+
+OOT = ROOT / "suites" / "selftest" / "oot"
+if str(OOT) not in sys.path:
+    sys.path.insert(0, str(OOT))
+import toy_decode  # noqa: E402
+
+DEMO_SEED, DEMO_EXAMPLES = 0, 200  # docs/fuzz.md
+PLANTED = "toy_decode:IgnoresCallerScale"
+
+
+def _sample(caps, n=150, seed=3):
+    """n cases the strategy draws for `caps` (nothing is run)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hseed
+    seen = []
+
+    @settings(max_examples=n, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @hseed(seed)
+    @given(fz.case_strategy(caps, "interpreter", "cpu"))
+    def collect(case):
+        seen.append(case)
+
+    collect()
+    return seen
+
+
+def test_strategy_draws_valid_cases_across_the_axes():
+    from decode_conformance.kernel_api import Capabilities
+    cases = _sample(Capabilities(num_splits=True))
+    assert len(cases) >= 100 and all(isinstance(c, Case) for c in cases)
+    groups = {c.group for c in cases if not c.mla}
+    assert {1, 3, 5, 6, 7} & groups and any(g % 2 for g in groups if g > 1)
+    assert any(c.mla for c in cases) and any(c.num_kv_heads == 1 and not c.mla for c in cases)
+    assert len({c.page_size for c in cases if c.layout == "paged"}) >= 5
+    assert any(c.layout == "contig" for c in cases) and any(c.combined_kv for c in cases)
+    assert any(n % 2 for c in cases for n in c.seq_lens) and any(0 in c.seq_lens for c in cases)
+    wins = [c for c in cases if c.window is not None]
+    assert {c.window_convention for c in wins} == {"counts-current", "excludes-current"}
+    assert any(c.visible_keys > c.max_len for c in wins) and any(c.visible_keys < c.max_len for c in wins)
+    assert any(c.scale is not None for c in cases) and any(c.kv_scales is not None for c in cases)
+    assert any(c.softcap for c in cases) and any(c.sinks for c in cases) and any(c.num_splits for c in cases)
+    assert {c.data for c in cases} >= {"structured", "randn"}
+
+
+def test_strategy_stays_within_capabilities():
+    caps = toy_decode.CAPS.__class__(kv_dtypes=frozenset({"e4m3"}), softcap=False, sinks=False, mla=False,
+                                     window_convention=None, layouts=frozenset({"paged"}),
+                                     page_sizes=frozenset({16, 64}))
+    for c in _sample(caps, n=60):
+        assert not caps.missing_for(c, "cpu"), c.id
+        assert c.kv_dtype == "e4m3" and c.page_size in (16, 64) and c.window is None and not c.mla
+
+
+def test_correct_kernel_passes():
+    out = fz.fuzz(toy_decode.ToyDecode(), "cpu", examples=25, seed=DEMO_SEED)
+    assert not out.failed, out.text()
+    assert out.examples_run >= 25
+
+
+def test_parity_misses_the_planted_bug():
+    """Every parity case uses the shapes' default softmax scale, the one the planted kernel
+    re-derives, so the planted kernel computes exactly what the correct one does there."""
+    for profile in ("interpreter", "gpu"):
+        for c in build_set("parity", profile):
+            assert c.scale is None, c.id
+            fake = types.SimpleNamespace(v_from_k=c.mla, head_dim=c.head_dim, v_head_dim=c.v_head_dim)
+            assert math.isclose(toy_decode.shape_scale(fake), c.sm_scale, rel_tol=1e-12), c.id
+    from decode_conformance.runner import run_case
+    planted = toy_decode.IgnoresCallerScale()
+    for c in build_set("parity", "interpreter")[:12]:
+        assert run_case(planted, c, "cpu").ok, c.id
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The documented demo search, with an example database."""
+    db = str(tmp_path_factory.mktemp("fuzzdb") / "hyp")
+    return db, fz.fuzz(toy_decode.IgnoresCallerScale(), "cpu", examples=DEMO_EXAMPLES, seed=DEMO_SEED,
+                       kernel_spec=PLANTED, database=db)
+
+
+def test_fuzz_finds_and_shrinks_the_planted_bug(demo):
+    _, out = demo
+    assert out.failed, "the planted bug was not found within the documented budget"
+    c = out.case
+    assert c.scale is not None and c.batch == 1 and c.seq_lens == (1,), c.id
+    assert "LSE" in out.message
+    assert out.reproduce[0].startswith("python -m decode_conformance.fuzz --kernel toy_decode:IgnoresCallerScale")
+    assert "--case-set=fuzz --fuzz-seed=0 --fuzz-examples=200 --fuzz-database=" in out.reproduce[1]
+    # the record pastes into regressions.py as is and rebuilds the same case
+    from decode_conformance import regressions
+    ns = dict(vars(regressions))
+    reg = eval(out.record.strip().rstrip(","), ns)
+    (again,) = reg.cases("interpreter")
+    assert again.replace(label="", note="") == c.replace(label="", note="")
+    assert again.id.startswith(reg.label + "-")
+
+
+def test_one_case_reproduces_from_its_json(capsys):
+    c = Case("bf16", 2, 1, 64, (5,), scale=1 / 12, seed=4)
+    import json
+    rc = fz.main(["--kernel", PLANTED, "--case", json.dumps(c.to_dict())])
+    assert rc == 1 and "LSE error" in capsys.readouterr().out
+
+
+def test_fuzz_test_skips_outside_fuzz_mode():
+    run = run_pytest("suites/parity/test_fuzz.py", "-q", "-rs", f"--kernel={PLANTED}",
+                     env={"PYTHONPATH": os.pathsep.join([str(OOT), str(ROOT)])}, timeout=300)
+    assert run.rc == 0 and "fuzz mode only" in run.out, run.out[-2000:]
+
+
+def test_fuzz_mode_under_pytest_prints_the_record():
+    run = run_pytest("suites/parity/test_fuzz.py", "-q", f"--kernel={PLANTED}", "--case-set=fuzz",
+                     env={"PYTHONPATH": os.pathsep.join([str(OOT), str(ROOT)]),
+                          "DECODE_CONFORMANCE_FUZZ_EXAMPLES": str(DEMO_EXAMPLES),
+                          "DECODE_CONFORMANCE_FUZZ_SEED": str(DEMO_SEED)}, timeout=600)
+    assert run.rc == 1, run.out[-3000:]
+    assert "as a regression record" in run.out and "Regression(" in run.out and "scale=" in run.out
+    assert "reproduce the search:  pytest suites/parity/test_fuzz.py" in run.out
+
+
+def test_options_register_in_a_group():
+    from decode_conformance import fuzz_options
+    names = []
+
+    class Group:
+        def addoption(self, name, **kw):
+            names.append(name)
+
+    fuzz_options.add_options(Group())
+    assert names == ["--fuzz-examples", "--fuzz-seed", "--fuzz-database", "--fuzz-shrink-seconds"]
+
+
+def test_database_replays_the_failure_first(demo):
+    db, first = demo
+    assert first.failed and os.listdir(db)
+    again = fz.fuzz(toy_decode.IgnoresCallerScale(), "cpu", examples=DEMO_EXAMPLES, seed=12345, database=db)
+    assert again.failed and again.case == first.case and again.examples_run <= first.examples_run

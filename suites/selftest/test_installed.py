@@ -1,0 +1,148 @@
+"""The suite as an adopter meets it: installed, not cloned.
+
+- The wheel carries the library, the suites, the shipped kernels with their adapters and
+  every data file; installed into a fresh virtual environment, it runs the smoke set from an
+  empty folder on an out-of-tree kernel package: green for a correct kernel, red for a
+  planted bug, with reproduce lines in the `--pyargs` form the run used.
+- Loading the plugin (its pytest11 entry point) changes nothing for unrelated tests.
+- A kernel module imported before the plugin could switch on Triton's interpreter is a usage
+  error, never a silently compiled run.
+
+The fresh environment borrows torch, triton and pytest from this one through a .pth line
+(installing a 700 MB torch again would only cost CI minutes); everything of ours comes from
+the wheels.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import sysconfig
+import textwrap
+
+import pytest
+
+from suites.selftest._subpytest import ROOT
+
+OOT = ROOT / "suites" / "selftest" / "oot"
+CLEAN_ENV = {k: v for k, v in os.environ.items()
+             if not k.startswith(("PYTEST_", "DECODE_CONFORMANCE_", "TRITON_")) and k != "PYTHONPATH"}
+
+
+def _run(cmd, cwd, env=None, timeout=600):
+    e = dict(CLEAN_ENV)
+    e.update(env or {})
+    return subprocess.run(cmd, cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(tmp_path_factory):
+    """A new venv with our two wheels installed (non-editable), dependencies borrowed."""
+    tmp = tmp_path_factory.mktemp("installed")
+    dist = tmp / "dist"
+    for src in (ROOT, OOT):
+        r = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
+                  str(src)], cwd=tmp)
+        assert r.returncode == 0, r.stdout + r.stderr
+    venv = tmp / "venv"
+    r = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp)
+    assert r.returncode == 0, r.stderr
+    py = venv / "bin" / "python"
+    site = pathlib.Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             cwd=tmp).stdout.strip())
+    (site / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    wheels = sorted(str(w) for w in dist.glob("*.whl"))
+    assert len(wheels) == 2, wheels
+    r = _run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index",
+              *wheels], cwd=tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    empty = tmp / "adopter"
+    empty.mkdir()
+    return py, empty
+
+
+def test_wheel_carries_the_data_and_the_suites(fresh_venv):
+    py, empty = fresh_venv
+    code = textwrap.dedent("""
+        import importlib.util, decode_conformance, decode_conformance.resources as r
+        assert "site-packages" in decode_conformance.__file__, decode_conformance.__file__
+        for f in ("gpu_classes.toml", "perf_cells.toml", "smoke_set.txt", "known_failures.toml",
+                  "gates/lean_calibration.toml"):
+            assert r.data_path(f).is_file(), f
+        for m in ("decode_conformance.suites.parity.test_parity", "decode_conformance.suites.gates",
+                  "decode_conformance.suites.perf", "decode_conformance_kernels.adapters.flashinfer_decode"):
+            assert importlib.util.find_spec(m) is not None, m
+        assert importlib.util.find_spec("decode_conformance.suites.selftest") is None, "self-tests are not shipped"
+        print("ok")
+    """)
+    r = _run([str(py), "-c", code], cwd=empty)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("kernel,green", [("toy_decode:ToyDecode", True), ("toy_decode:DropsLastKey", False)])
+def test_smoke_set_from_an_empty_folder(fresh_venv, kernel, green):
+    py, empty = fresh_venv
+    r = _run([str(py), "-m", "pytest", "--pyargs", "decode_conformance.suites.parity", f"--kernel={kernel}",
+              "--case-set=smoke", "-n", "2", "-p", "no:cacheprovider", "-q", "--require-cases",
+              "--conformance-report=report"], cwd=empty)
+    out = r.stdout + r.stderr
+    if green:
+        assert r.returncode == 0, out[-3000:]
+        assert "failed" not in out.splitlines()[-1], out[-2000:]
+    else:
+        assert r.returncode == 1, out[-3000:]
+        assert "reproduce: pytest --pyargs decode_conformance.suites.parity --kernel=toy_decode:DropsLastKey" in out, \
+            out[-3000:]
+        assert "rows over their error budget" in out
+    assert (empty / "report.md").exists() and "decode-conformance report:" in out
+
+
+def test_plugin_leaves_unrelated_tests_alone(tmp_path):
+    """Installed (its entry point loads it into every pytest run), the plugin must not set
+    TRITON_INTERPRET, patch Triton or import any kernel in a run that is not a conformance run."""
+    (tmp_path / "test_mine.py").write_text(textwrap.dedent("""
+        import os, sys
+        def test_nothing_leaked(pytestconfig):
+            assert pytestconfig.pluginmanager.has_plugin("decode_conformance.plugin")
+            assert "TRITON_INTERPRET" not in os.environ
+            leaked = [m for m in ("torch", "triton", "decode_conformance_kernels", "decode_conformance.interpreter_compat")
+                      if m in sys.modules]
+            assert not leaked, leaked
+    """))
+    r = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:benchmark",
+              "-p", "no:hypothesispytest", str(tmp_path)], cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_kernel_imported_before_the_interpreter_is_a_usage_error(tmp_path):
+    pkg = tmp_path / "early_kernel"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(textwrap.dedent("""
+        import triton, triton.language as tl
+        from toy_decode import ToyDecode
+
+        @triton.jit
+        def _noop(x):
+            pass
+
+        class Early(ToyDecode):
+            name = "early"
+    """))
+    (tmp_path / "conftest.py").write_text("import early_kernel  # imports Triton kernels at collection start\n")
+    r = _run([sys.executable, "-m", "pytest", "--pyargs", "decode_conformance.suites.parity",
+              "--kernel=early_kernel:Early", "--device=cpu", "-p", "no:cacheprovider", "-q"], cwd=tmp_path,
+             env={"PYTHONPATH": os.pathsep.join([str(tmp_path), str(OOT)])})
+    out = r.stdout + r.stderr
+    assert r.returncode == 4, out[-3000:]
+    assert "before decode-conformance could switch on Triton's interpreter" in out and "early_kernel._noop" in out
+    r = _run([sys.executable, "-m", "pytest", "--pyargs", "decode_conformance.suites.parity",
+              "--kernel=early_kernel:Early", "--device=cpu", "-p", "no:cacheprovider", "-q",
+              f"--case-id={_one_case()}"], cwd=tmp_path,
+             env={"PYTHONPATH": os.pathsep.join([str(tmp_path), str(OOT)]), "TRITON_INTERPRET": "1"})
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]  # set in the environment: fine
+
+
+def _one_case() -> str:
+    from suites.selftest._subpytest import small_case_ids
+    return small_case_ids(1)[0]
