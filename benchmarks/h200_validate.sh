@@ -51,10 +51,13 @@ if [ "$GPUS" -ge 2 ]; then
   PERF_PID=$!
 fi
 
-# 1. The main job, cold (fresh machine, empty Triton cache): every shipped kernel x the GPU
-#    parity set, CUDA-graph replay, determinism, batch invariance, split counts.
-step main-job 300 python3 -m pytest suites/parity -n auto -p no:cacheprovider -q -rfE \
+# 1. The main job on one GPU, cold (fresh machine, empty Triton cache), then again warm: every
+#    shipped kernel x the GPU parity set, CUDA-graph replay, determinism, batch invariance,
+#    split counts.
+step main-job-cold 300 python3 -m pytest suites/parity -n auto -p no:cacheprovider -q -rfE \
     --conformance-report="$RES/parity"
+step main-job-warm 200 python3 -m pytest suites/parity -n auto -p no:cacheprovider -q -rfE \
+    --conformance-report=/tmp/parity-warm
 
 # 2. In parallel (correctness only, no timing): planted bugs vs affected cases at GPU sizes;
 #    kernels that write their inputs; the int32-offset mutants on the 2^31-element pools.
@@ -76,6 +79,11 @@ print("example:", next((r["message"][:300] for r in rows if r["status"] == "fail
 EOF
 ) &
 PIDS+=($!)
+wait "${PIDS[@]}"
+# The int32-offset mutants on the 2^31-element pools, alone on the GPU (they need 8 GB a case):
+# their GPU rows of the kill map, and a parity run next to a correct kernel (crash isolation).
+step killmap-gpu 200 python3 ci/mutation.py --profile gpu --device cuda --only tc_int32_slot_offset lean_int32_slot_offset
+cp fixtures/kill_map.json "$RES/kill_map.json" 2>/dev/null
 (
   mkdir -p /tmp/mut
   python3 - > /tmp/mut/specs 2>>"$LOG" <<'EOF'
@@ -99,16 +107,18 @@ import json
 for r in json.load(open("/tmp/int32.json"))["results"]:
     print("int32:", r["kernel"], r["case"], r["status"], r.get("message", "")[:160].replace("\n", " "))
 EOF
-) &
-PIDS+=($!)
-wait "${PIDS[@]}"
+)
 
 # 3. The adopter's way: our wheel and an out-of-tree kernel package installed into a fresh
 #    venv, run from an empty folder: parity + graph replay + determinism + batch invariance,
 #    then the perf guard (record a baseline, compare against it).
 if ls .whl/*.whl > /dev/null 2>&1; then
-  python3 -m venv --system-site-packages /tmp/adopt >> "$LOG" 2>&1
-  /tmp/adopt/bin/python -m pip install -q --no-deps --no-index .whl/*.whl >> "$LOG" 2>&1
+  # a fresh venv borrowing the image's torch/triton/pytest (the image's python3 is itself a venv,
+  # so --system-site-packages would not see them); our two packages come from the wheels
+  python3 -m venv --without-pip /tmp/adopt >> "$LOG" 2>&1
+  python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$(/tmp/adopt/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/borrowed.pth"
+  python3 -m pip --python /tmp/adopt/bin/python install -q --no-deps --no-index .whl/*.whl >> "$LOG" 2>&1
+  /tmp/adopt/bin/python -c "import decode_conformance, toy_decode; print('adopter venv:', decode_conformance.__file__)" >> "$LOG" 2>&1
   mkdir -p /tmp/empty && cd /tmp/empty
   step adopter-parity 200 /tmp/adopt/bin/python -m pytest --pyargs decode_conformance.suites.parity \
       --kernel=toy_decode:ToyDecode -n auto --require-cases -p no:cacheprovider -q -rs \
@@ -122,6 +132,11 @@ if ls .whl/*.whl > /dev/null 2>&1; then
 fi
 
 [ -n "${PERF_PID:-}" ] && wait "$PERF_PID"
+# 5. The main job on both GPUs (warm): one pinned group of workers per GPU.
+if [ "$GPUS" -ge 2 ]; then
+  (export CUDA_VISIBLE_DEVICES=0,1; step main-job-2gpu 150 python3 -m pytest suites/parity -n auto \
+      -p no:cacheprovider -q --conformance-report=/tmp/parity-2gpu)
+fi
 echo "=== total $(( $(date +%s) - T0 )) s" >> "$LOG"
 tar -czf "$OUT/results.tgz" -C "$RES" . 2>> "$LOG"
 grep -E "^=== |^pristine|^int32|caught|passed|failed" "$LOG" | tail -60

@@ -24,10 +24,10 @@ from .reference import DEQUANT_KV, FP8_MATH, FP8_Q_AND_P
 
 ENV_VAR = "DECODE_CONFORMANCE_KERNELS"
 ENTRY_POINT_GROUP = "decode_conformance.kernels"
-# The shipped kernels' entry-point names (pyproject.toml registers them in ENTRY_POINT_GROUP,
-# the same group an adopter's package uses); the default run is these, not every entry point.
-SHIPPED = ("fixed_split", "adaptive_split", "adaptive_split_fp8mma", "lean", "dispatch", "torch_gather")
-SHIPPED_MODULE = "decode_conformance_kernels.registry"
+# Ours among the registered kernels: pyproject.toml registers the shipped kernels in
+# ENTRY_POINT_GROUP, the group an adopter's package registers its kernels in. That table is
+# the one list of shipped kernels.
+SHIPPED_PACKAGE = "decode_conformance_kernels"
 
 
 @dataclass(frozen=True)
@@ -186,33 +186,44 @@ def check_kernel(obj, origin: str = "") -> None:
 
 
 def entry_point_specs() -> dict[str, str]:
-    """{entry-point name: 'module:attr'} of the `decode_conformance.kernels` group."""
+    """{name: 'module:attr'} of every kernel registered in the `decode_conformance.kernels` group:
+    the installed distributions' entry points (ours and any adopter package's). A checkout that
+    is not pip-installed has no metadata: there the table comes from its pyproject.toml."""
     from importlib.metadata import entry_points
-    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    eps = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if not any(v.startswith(SHIPPED_PACKAGE + ".") for v in eps.values()):
+        eps = {**_checkout_entry_points(), **eps}
+    return eps
+
+
+def _checkout_entry_points() -> dict[str, str]:
+    import tomllib
+    from ._paths import checkout_root
+    root = checkout_root()
+    if root is None:
+        return {}
+    data = tomllib.loads((root / "pyproject.toml").read_text())
+    return dict(data.get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
 
 
 def shipped_specs() -> list[str]:
-    """The shipped kernels, read from the entry-point group when this package is installed
-    (one list for ours and an adopter's), else from the registry module directly."""
-    eps = entry_point_specs()
-    return [eps.get(name, f"{SHIPPED_MODULE}:{name}") for name in SHIPPED]
+    """The kernels this package ships (registered by its own pyproject.toml)."""
+    return [v for v in entry_point_specs().values() if v.startswith(SHIPPED_PACKAGE + ".")]
 
 
 def kernel_specs(cli: Iterable[str] = (), env: Optional[str] = None) -> list[str]:
-    """Which kernels to test: command line, then environment variable, then the shipped
-    kernels. An entry point name (e.g. `lean`) is accepted wherever a spec is."""
+    """Which kernels to test: command line, then environment variable, then every registered
+    kernel (entry points). A registered name (e.g. `lean`) is accepted wherever a spec is."""
     specs = [s for s in cli if s]
     if not specs:
         env = os.environ.get(ENV_VAR, "") if env is None else env
         specs = [s.strip() for s in env.replace(";", ",").split(",") if s.strip()]
+    eps = entry_point_specs()
     if not specs:
-        specs = shipped_specs()
-    eps = None
+        specs = list(eps.values())
     out = []
     for s in specs:
-        if ":" not in s:
-            eps = entry_point_specs() if eps is None else eps
-            s = eps.get(s, f"{SHIPPED_MODULE}:{s}" if s in SHIPPED else s)
+        s = eps.get(s, s) if ":" not in s else s
         if s not in out:
             out.append(s)
     return out

@@ -181,8 +181,8 @@ def torch_sum_bandwidth_tbs(device="cuda", nbytes: int = 2 * 2**30, reps: int = 
     second read-only figure, to cross-check `read_bandwidth_tbs`."""
     buf = torch.ones(nbytes // 4, dtype=torch.int32, device=device)
     out = torch.empty((), dtype=torch.int64, device=device)
-    torch.sum(buf, out=out)
-    times = event_times_us(lambda: torch.sum(buf, out=out), device, reps)
+    torch.sum(buf, dim=0, out=out)
+    times = event_times_us(lambda: torch.sum(buf, dim=0, out=out), device, reps)
     return nbytes / (statistics.median(times) * 1e-6) / 1e12
 
 

@@ -199,7 +199,7 @@ def decode_attention_adaptive(
     min_chunk: int = split_rule.MIN_CHUNK,
     partials: Optional[torch.Tensor] = None, partial_lse: Optional[torch.Tensor] = None,
     block_n: Optional[int] = None, num_warps: Optional[int] = None, num_stages: Optional[int] = None,
-    fp8_mma: bool = False,
+    fp8_mma: bool = False, max_visible: Optional[int] = None,
 ) -> None:
     """Adaptive split-K decode attention; same tensors as `fixed_split.decode_attention_fixed`.
 
@@ -210,6 +210,10 @@ def decode_attention_adaptive(
     min_chunk: smallest chunk of the length rule.
     fp8_mma: on an fp8 cache, quantize q and P to the fp8 type and run both dots fp8 x fp8
     (faster MMAs, the precision tier "fp8-q-and-p"); needs sm_89+ / gfx942 / gfx950.
+    max_visible: the longest visible request of every launch of this call's buffers, when the
+    caller knows it: the grid's chunk axis then stops at that request's chunk count (no
+    program past it could have work). Leave it unset for a launch captured in a CUDA graph
+    that is replayed with longer requests.
     """
     B, Hq, Hkv, Dk, Dv = tc.check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks)
     if splits is None or occupancy is None:
@@ -221,14 +225,18 @@ def decode_attention_adaptive(
     occupancy = max(1, min(int(occupancy), S))
     if S < 1 or min_chunk < 1:
         raise ValueError(f"splits={splits} and min_chunk={min_chunk} must be >= 1")
-    ctx = tc.split_k_setup(q, k_cache, v_cache, S, partials, partial_lse, block_n, num_warps, num_stages,
-                           workspace_shapes(B, Hq, Dv, S))
+    grid_chunks = S
+    if max_visible is not None:  # no request takes more chunks than the longest one (counts grow with length)
+        block = block_n or tc.kernel_config(q.device, Dk, Dv, False)["block_n"]
+        grid_chunks = max(1, split_rule.chunk_count_for_cap(int(max_visible), S, min_chunk, block))
+    ctx = tc.split_k_setup(q, k_cache, v_cache, grid_chunks, partials, partial_lse, block_n, num_warps, num_stages,
+                           workspace_shapes(B, Hq, Dv, grid_chunks))
     partials, partial_lse, tiling, dims = ctx.partials, ctx.partial_lse, ctx.tiling, ctx.dims
     kpage, (kp, kt, kh, kd), (vp, vt, vh, vd) = ctx.page_size, ctx.k_strides, ctx.v_strides
     k_arg, v_arg, e4m3_bits, share_kv = ctx.k_arg, ctx.v_arg, ctx.e4m3_bits, ctx.share_kv
     block_n, cfg = ctx.block_n, ctx.cfg
     visible = tc.visible_arg(window)
-    _adaptive_stage1[(B, tiling["kv_head_tiles"], S)](
+    _adaptive_stage1[(B, tiling["kv_head_tiles"], grid_chunks)](
         q, q.stride(0), q.stride(1), q.stride(2),
         k_arg, kp, kt, kh, kd,
         v_arg, vp, vt, vh, vd,
@@ -241,7 +249,7 @@ def decode_attention_adaptive(
         SHARE_KV=share_kv, E4M3_BITS=e4m3_bits,
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma),
         **dims, **cfg)
-    tile = tc.split_tile(S, dims["BLOCK_DV"])
+    tile = tc.split_tile(grid_chunks, dims["BLOCK_DV"])
     lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
     _adaptive_stage2[(B, Hq)](
         kv_indptr, visible, S, occupancy, B,
@@ -286,14 +294,23 @@ class AdaptiveSplitKernel:
         cap = batch.num_splits or self.max_splits
         S, occ = plan_splits(batch.batch_size, batch.num_q_heads, batch.num_kv_heads, device=batch.device,
                              num_sms=self.num_sms, max_splits=cap, mla=batch.v_from_k)
-        p_shape, l_shape = workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, S)
+        # Under Triton's CPU interpreter programs run one after another and an empty one still
+        # costs ~20 ms, so the grid stops at the longest request's chunk count. On a GPU the grid
+        # keeps the whole budget: a graph captured from this plan may replay longer requests.
+        max_visible = None
+        if batch.device.type == "cpu":
+            max_visible = max((min(n, batch.window) if batch.window else n for n in batch.seq_lens_host), default=0)
+        block = self.block_n or tc.kernel_config(batch.device, batch.head_dim, batch.v_head_dim, False)["block_n"]
+        grid_chunks = S if max_visible is None else max(1, split_rule.chunk_count_for_cap(max_visible, S,
+                                                                                            self.min_chunk, block))
+        p_shape, l_shape = workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, grid_chunks)
         partials = batch.workspace.alloc("adaptive_split.partials", p_shape, torch.float32)
         partial_lse = batch.workspace.alloc("adaptive_split.partial_lse", l_shape, torch.float32)
         sinks = batch.sinks.to(device=batch.device, dtype=torch.float32).contiguous() if batch.sinks is not None else None
         kw = dict(sm_scale=batch.sm_scale, lse=batch.lse, k_scale=batch.k_scale, v_scale=batch.v_scale,
                   softcap=batch.softcap, sinks=sinks, window=batch.window, splits=S, occupancy=occ,
                   min_chunk=self.min_chunk, partials=partials, partial_lse=partial_lse, block_n=self.block_n,
-                  fp8_mma=self.fp8_mma)
+                  fp8_mma=self.fp8_mma, max_visible=max_visible)
         args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
 
         def launch():

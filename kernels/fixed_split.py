@@ -99,6 +99,15 @@ def _fixed_stage2(
 workspace_shapes = tc.partial_shapes
 
 
+def non_empty_splits(visible: int, num_splits: int) -> int:
+    """Splits with keys for a request of `visible` keys (the kernels' own rule, on the host)."""
+    if visible <= 0:
+        return 0
+    per = -(-visible // num_splits)
+    split_len = -(-per // SPLIT_ALIGN) * SPLIT_ALIGN
+    return -(-visible // split_len)
+
+
 def decode_attention_fixed(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     kv_indptr: torch.Tensor, kv_indices: torch.Tensor, out: torch.Tensor, *,
@@ -108,6 +117,7 @@ def decode_attention_fixed(
     num_splits: int = DEFAULT_SPLITS,
     partials: Optional[torch.Tensor] = None, partial_lse: Optional[torch.Tensor] = None,
     block_n: Optional[int] = None, num_warps: Optional[int] = None, num_stages: Optional[int] = None,
+    visible_lengths: Optional[list] = None,
 ) -> None:
     """Fixed-split decode attention; writes `out` [B, Hq, Dv] (q dtype) and `lse` [B, Hq] fp32.
 
@@ -116,6 +126,9 @@ def decode_attention_fixed(
     ids (page * page_size + offset) in token order. window = keys visible including the current
     one (None = all). sinks fp32 [Hq] (denominator only). partials/partial_lse: scratch of
     `workspace_shapes(...)` (allocated here when omitted - pass them for CUDA graphs).
+    visible_lengths: every request's visible length for every launch of these buffers, when the
+    caller knows them: the grid's split axis then stops at the most non-empty splits any of
+    them has (no program past it could have work). Leave it unset under CUDA-graph replay.
     """
     B, Hq, Hkv, Dk, Dv = tc.check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks)
     S = int(num_splits)
@@ -127,7 +140,8 @@ def decode_attention_fixed(
     kpage, (kp, kt, kh, kd), (vp, vt, vh, vd) = ctx.page_size, ctx.k_strides, ctx.v_strides
     k_arg, v_arg, e4m3_bits, share_kv = ctx.k_arg, ctx.v_arg, ctx.e4m3_bits, ctx.share_kv
     block_n, cfg = ctx.block_n, ctx.cfg
-    grid1 = (B, tiling["kv_head_tiles"], S)
+    grid_splits = S if visible_lengths is None else max([1] + [non_empty_splits(n, S) for n in visible_lengths])
+    grid1 = (B, tiling["kv_head_tiles"], grid_splits)
     _fixed_stage1[grid1](
         q, q.stride(0), q.stride(1), q.stride(2),
         k_arg, kp, kt, kh, kd,
@@ -181,9 +195,15 @@ class FixedSplitKernel:
         partials = batch.workspace.alloc("fixed_split.partials", p_shape, torch.float32)
         partial_lse = batch.workspace.alloc("fixed_split.partial_lse", l_shape, torch.float32)
         sinks = batch.sinks.to(device=batch.device, dtype=torch.float32).contiguous() if batch.sinks is not None else None
+        # Under Triton's CPU interpreter programs run one after another and an empty one still
+        # costs ~20 ms, so the split axis stops at the most non-empty splits of these requests.
+        # On a GPU it stays S: a graph captured from this plan may replay longer requests.
+        visible = None
+        if batch.device.type == "cpu":
+            visible = [min(n, batch.window) if batch.window else n for n in batch.seq_lens_host]
         kw = dict(sm_scale=batch.sm_scale, lse=batch.lse, k_scale=batch.k_scale, v_scale=batch.v_scale,
                   softcap=batch.softcap, sinks=sinks, window=batch.window, num_splits=S,
-                  partials=partials, partial_lse=partial_lse, block_n=self.block_n)
+                  partials=partials, partial_lse=partial_lse, block_n=self.block_n, visible_lengths=visible)
         args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
 
         def launch():

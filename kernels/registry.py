@@ -39,7 +39,7 @@ def torch_sdpa():
     return TorchSdpaKernel()
 
 
-# External libraries: opt-in through --kernel (not in kernel_api.SHIPPED). Where the library
+# External libraries: opt-in through --kernel (not registered as entry points). Where the library
 # is not installed the kernel still loads, and every case skips saying so.
 
 def flashinfer_decode():

@@ -307,3 +307,23 @@ def test_install_is_a_no_op_off_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert compat.install() is False
     assert not compat.is_installed()
+
+
+def test_fp8_downcast_rounds_to_nearest_even_and_saturates():
+    """bf16/fp32 -> fp8 under the interpreter: without the layer, mantissas are truncated and
+    e4m3 clips at 256 (measured: dozens of 1024 values off); with it, every value equals
+    torch's round-to-nearest-even saturated to the largest finite value (what the GPU's
+    cvt.rn.satfinite gives), so a kernel that quantizes q and P to fp8 is judged on its own
+    rounding."""
+    g = torch.Generator().manual_seed(9)
+    for src in (torch.float32, torch.bfloat16):
+        x = (torch.randn(1024, generator=g) * 3).to(src)
+        x[:2] = torch.tensor([1000.0, -1000.0]).to(src)
+        for f8 in (torch.float8_e4m3fn, torch.float8_e5m2):
+            want = x.float().clamp(-torch.finfo(f8).max, torch.finfo(f8).max).to(f8)
+            compat.uninstall()
+            before = _cast(x, f8)
+            assert not torch.equal(before.view(torch.uint8), want.view(torch.uint8)), (src, f8)
+            assert compat.install() is True
+            after = _cast(x, f8)
+            assert torch.equal(after.view(torch.uint8), want.view(torch.uint8)), (src, f8)
