@@ -16,3 +16,10 @@ def require(kernel, case: Case, device: str) -> None:
     missing = kernel.caps.missing_for(case, "cpu" if device == "cpu" else "cuda")
     if missing:
         pytest.skip(f"{kernel.name} lacks: {', '.join(missing)}")
+
+
+def fail_unless(ok: bool, kernel, what: str) -> None:
+    """Fail with the kernel's name and what went wrong, without pytest's assertion rewriting
+    (the report and the terminal show the verdict, not the test's source)."""
+    if not ok:
+        pytest.fail(f"[{kernel.name}] {what}", pytrace=False)

@@ -10,7 +10,7 @@ from decode_conformance.factories import transplant
 from decode_conformance.graphs import bitwise_equal
 from decode_conformance.metrics import judge
 from decode_conformance.runner import prepare, yardstick
-from .scenarios import profile_of, require
+from .scenarios import fail_unless, profile_of, require
 
 LEN = {"interpreter": 300, "gpu": 32769}
 OTHERS = {"interpreter": (77, 513), "gpu": (4097, 131072)}
@@ -52,4 +52,4 @@ def test_request_is_independent_of_its_batch(dc_kernel, dc_device, request_kind)
                                 "declares batch_invariant")
         elif not torch.isfinite(batch.out[idx]).all():
             failures.append(f"{name}: non-finite output for the request")
-    assert not failures, "\n".join(failures)
+    fail_unless(not failures, kernel, "\n".join(failures))

@@ -10,7 +10,7 @@ from decode_conformance.cases import Case
 from decode_conformance.graphs import bitwise_equal, capacity_case, load_scenario, with_fresh_outputs
 from decode_conformance.metrics import judge
 from decode_conformance.runner import prepare, yardstick
-from .scenarios import require
+from .scenarios import fail_unless, require
 
 MAX_LEN = 131072
 # The first one a kernel can run (an fp8-only kernel gets the e4m3 one).
@@ -62,4 +62,4 @@ def test_one_graph_serves_every_length(dc_kernel, dc_device, batch_size):
         differs = bitwise_equal(view, replayed, lse=kernel.caps.lse)
         if not v.passed or differs:
             failures.append(f"{scenario.id}: {v.summary()}" + (f"; graph vs eager: {differs}" if differs else ""))
-    assert not failures, "\n".join(failures)
+    fail_unless(not failures, kernel, "one captured graph, replayed:\n" + "\n".join(failures))

@@ -8,7 +8,7 @@ import torch
 from decode_conformance.cases import Case
 from decode_conformance.graphs import bitwise_equal, with_fresh_outputs
 from decode_conformance.runner import prepare
-from .scenarios import profile_of, require
+from .scenarios import fail_unless, profile_of, require
 
 CASES = {
     "interpreter": [Case("bf16", 4, 1, 64, (300, 0, 77, 1000), page_size=16, seed=5),
@@ -34,12 +34,12 @@ def test_bitwise_repeatable(dc_kernel, dc_device, case_index):
     first = with_fresh_outputs(batch)
     first.out.copy_(batch.out)
     first.lse.copy_(batch.lse)
-    assert torch.isfinite(first.out).all(), "non-finite output"
+    fail_unless(bool(torch.isfinite(first.out).all()), kernel, f"{case.id}: non-finite output")
     for i in range(_repeats(dc_device) - 1):
         again = with_fresh_outputs(batch)
         kernel.plan(again)()
         what = bitwise_equal(again, first, lse=kernel.caps.lse)
-        assert not what, f"repeat {i + 2} differs from the first run: {what}"
+        fail_unless(not what, kernel, f"{case.id}: repeat {i + 2} differs from the first run: {what}")
 
 
 def test_same_plan_launched_twice(dc_kernel, dc_device):
@@ -62,4 +62,4 @@ def test_same_plan_launched_twice(dc_kernel, dc_device):
     batch.repoison_outputs()
     launch()
     what = bitwise_equal(batch, first, lse=kernel.caps.lse)
-    assert not what, f"second launch of one plan differs from the first: {what}"
+    fail_unless(not what, kernel, f"{case.id}: second launch of one plan differs from the first: {what}")

@@ -5,7 +5,7 @@ import pytest
 
 from decode_conformance.cases import Case
 from decode_conformance.runner import run_case
-from .scenarios import profile_of, require
+from .scenarios import fail_unless, profile_of, require
 
 LONG = {"interpreter": 1000, "gpu": 65537}
 
@@ -20,7 +20,7 @@ def test_forced_split_count_is_honoured(dc_kernel, dc_device):
     for splits in (1, 4):
         case = base.replace(num_splits=splits)
         res = run_case(kernel, case, dc_device, keep_output=True)
-        assert res.ok, f"num_splits={splits}: {res.message}"
+        fail_unless(res.ok, kernel, f"num_splits={splits}: {res.message}")
         outs[splits] = res.extra["output"]
-    assert not outs[1].equal(outs[4]), ("num_splits=1 and num_splits=4 gave bitwise-identical outputs on a "
-                                        f"{base.seq_lens[0]}-key request: the kernel ignores batch.num_splits")
+    fail_unless(not outs[1].equal(outs[4]), kernel, f"num_splits=1 and num_splits=4 gave bitwise-identical outputs on a "
+                f"{base.seq_lens[0]}-key request: the kernel ignores batch.num_splits")
