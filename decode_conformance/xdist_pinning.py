@@ -14,7 +14,7 @@ import pathlib
 
 from . import hardware
 
-WORKERS_PER_GPU = 4  # H200, 16 cores: see docs/gpu-runs for the measured main-job time
+WORKERS_PER_GPU = 8  # a worker per 2 cores of a 16-core H200 host: compilation bound (docs/gpu-runs)
 WORKERS_PER_GPU_ENV = "DECODE_CONFORMANCE_WORKERS_PER_GPU"
 
 

@@ -160,3 +160,24 @@ class _CudaOnly(FaultyKernel):
 
 
 cuda_only = _CudaOnly("faulty_cuda_only", _correct)
+
+
+class _DeclaredInvariant(FaultyKernel):
+    """torch_gather, declaring batch invariance (it is: one request at a time)."""
+    caps = Capabilities(window_convention="counts-current", batch_invariant=True)
+
+
+class _BatchDependent(FaultyKernel):
+    """Correct to the last bit but one: the output moves by an ulp with the batch size, as a
+    kernel whose split count follows the batch does - and it claims batch invariance."""
+    caps = Capabilities(window_convention="counts-current", batch_invariant=True)
+
+
+def _ulp_per_request(batch):
+    _correct(batch)
+    if batch.batch_size > 1:
+        batch.out.copy_(torch.nextafter(batch.out, torch.full_like(batch.out, float("inf"))))
+
+
+invariant = _DeclaredInvariant("faulty_invariant", _correct)
+batch_dependent = _BatchDependent("faulty_batch_dependent", _ulp_per_request)

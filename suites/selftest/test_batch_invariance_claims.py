@@ -1,0 +1,16 @@
+"""The batch-invariance check holds a kernel to what it declares: bitwise identity for
+`batch_invariant` kernels (an ulp that moves with the batch fails), the row budget otherwise
+(the same kernel, not claiming it, passes)."""
+from suites.selftest._subpytest import GOOD, faulty, run_pytest
+
+TEST = "suites/parity/test_batch_invariance.py"
+
+
+def test_bitwise_claim_is_checked(tmp_path):
+    run = run_pytest(TEST, "-q", f"--kernel={faulty('invariant')}", f"--kernel={faulty('batch_dependent')}",
+                     f"--kernel={GOOD}", report=tmp_path / "r")
+    status = {(r["kernel"], r["param"]): r["status"] for r in run.report["results"]}
+    assert status[("faulty_invariant", "[faulty_invariant-gqa]")] == "passed", run.out[-2000:]
+    assert status[("faulty_batch_dependent", "[faulty_batch_dependent-gqa]")] == "failed", run.out[-2000:]
+    assert "is not bitwise the same as alone" in run.out and "the kernel declares batch_invariant" in run.out
+    assert status[("torch_gather", "[torch_gather-gqa]")] == "passed"  # not claimed: the row budget holds
