@@ -65,7 +65,9 @@ def state_of(config, activate: bool = False):
 
 # ---- xdist (optional hooks: harmless with -p no:xdist or without xdist) --------------------
 
-@pytest.hookimpl(optionalhook=True)
+# tryfirst: xdist's own implementation (the CPU count) answers first otherwise whenever this
+# plugin was registered before xdist (entry points load in distribution order).
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_auto_num_workers(config):
     from . import xdist_pinning
     return xdist_pinning.auto_num_workers(config)

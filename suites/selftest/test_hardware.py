@@ -2,13 +2,16 @@
 with fakes (no GPU needed): decode_conformance/hardware.py and xdist_pinning.py."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import types
 
 import pytest
 
 from decode_conformance import hardware, xdist_pinning
-from suites.selftest._subpytest import run_pytest
+from suites.selftest._subpytest import ROOT, run_pytest
 
 NVIDIA = [((8, 0), "sm_80"), ((8, 6), "sm_86"), ((8, 9), "sm_89"), ((9, 0), "sm_90"), ((10, 0), "sm_100"),
           ((12, 0), "sm_120")]
@@ -221,3 +224,20 @@ def test_collection_is_identical_in_two_processes():
     b = _collected_ids("2")
     assert len(a) == len(b) and a == b, next(((i, x, y) for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
     assert len(set(a)) == len(a), "duplicate test ids"
+
+
+def test_auto_workers_win_over_xdists_cpu_count(tmp_path):
+    """Installed, the plugin may register before xdist; its `-n auto` answer (GPUs x workers per
+    GPU) must still be the one used, not xdist's CPU count - and every worker gets one GPU."""
+    (tmp_path / "test_pin.py").write_text(
+        "import os\n"
+        "def test_pinned():\n"
+        "    assert os.environ['CUDA_VISIBLE_DEVICES'] in ('0', '1', '2')\n"
+        "    assert os.environ['DECODE_CONFORMANCE_WORKERS_PER_GPU'] == '1'\n")
+    env = {"DECODE_CONFORMANCE_WORKERS_PER_GPU": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "suites.selftest.fake_gpus", "-n", "auto",
+                          "-p", "no:cacheprovider", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+                         env={**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, **env})
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-2000:]
+    assert re.search(r"\b3 workers\b", out), out[-2000:]  # not os.cpu_count()
