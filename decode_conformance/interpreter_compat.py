@@ -29,11 +29,23 @@ acts when a bf16 operand is involved and is stored as uint16 bits; everything
 else (fp16, fp32, fp64, fp8, integers) goes to the original method untouched,
 so the interpreter's behaviour for those dtypes is bit-for-bit what it was.
 
+Speed, not correctness: the interpreter re-runs its language patch (an
+``inspect.getmembers`` scan of ``triton.language``) on every call of a
+``@triton.jit`` helper, although the launch already patched the same modules
+and the patch is idempotent.  Decode kernels call helpers per tile, so this was
+about 30% of interpreter time.  The layer skips the re-patch when the helper
+sees no language module the running launch did not patch; anything else goes
+through the interpreter's own path.  Likewise the interpreter re-computes every
+integer add, sub and mul in int64 to feed an overflow assert that it never
+evaluates (its options leave ``debug`` off); the layer skips that work while
+``debug`` is off and leaves it alone when someone turns ``debug`` on.
+
 Public API: ``install()``, ``is_installed()``, ``uninstall()``.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 
@@ -59,6 +71,10 @@ _PLAIN_CASTS = (
     "create_fp_to_ui",
 )
 _PATCHED = ("create_dot", "create_fp_to_fp") + _PLAIN_CASTS
+# (class in triton.runtime.interpreter, method): the launch-scoped language patch (speed only)
+_CALLS = (("GridExecutor", "__call__"), ("InterpretedFunction", "__call__"))
+# TritonSemantic method whose int64 re-computation only feeds a device_assert (speed only)
+_OVERFLOW_CHECK = "binary_op_sanitize_overflow_impl"
 # Triton fp8 type name -> torch dtype name (the interpreter stores fp8 as uint8 bytes).
 _FP8 = {"fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2", "fp8e4b8": "float8_e4m3fnuz",
         "fp8e5b16": "float8_e5m2fnuz"}
@@ -171,6 +187,17 @@ def _load():
     np_dtype_of = getattr(interp, "_get_np_dtype", None)
     if np_dtype_of is None:
         missing.append("triton.runtime.interpreter._get_np_dtype")
+    for cls_name, meth in _CALLS:
+        if not callable(getattr(getattr(interp, cls_name, None), meth, None)):
+            missing.append(f"triton.runtime.interpreter.{cls_name}.{meth}")
+    for name in ("_patch_lang", "InterpreterError", "interpreter_builder", "interpreter_semantic"):
+        if getattr(interp, name, None) is None:
+            missing.append(f"triton.runtime.interpreter.{name}")
+    semantic_cls = type(getattr(interp, "interpreter_semantic", None))
+    if not callable(getattr(semantic_cls, _OVERFLOW_CHECK, None)):
+        missing.append(f"{semantic_cls.__name__}.{_OVERFLOW_CHECK}")
+    if not hasattr(getattr(getattr(interp, "interpreter_builder", None), "options", None), "debug"):
+        missing.append("triton.runtime.interpreter.interpreter_builder.options.debug")
     ir = getattr(interp, "_ir", None)
     rounding = getattr(ir, "ROUNDING_MODE", None)
     if rounding is None or not hasattr(rounding, "RTNE") or not hasattr(rounding, "RTZ"):
@@ -190,7 +217,7 @@ def _load():
             f"(it uses {storage}); re-check whether triton-lang/triton #11584 is fixed and this layer is still needed")
 
     _state.update(tl=tl, builder_cls=builder_cls, Handle=handle_cls, np_dtype_of=np_dtype_of,
-                  RTNE=rounding.RTNE, RTZ=rounding.RTZ)
+                  RTNE=rounding.RTNE, RTZ=rounding.RTZ, interp=interp)
     return _state
 
 
@@ -300,6 +327,79 @@ def _make_wrappers(st, originals):
     return wrappers
 
 
+def _lang_modules(fn, tl) -> frozenset:
+    """ids of the language modules `_patch_lang` would patch for fn (tl and/or tl.core)."""
+    return frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core))
+
+
+def _make_call_wrappers(st, originals):
+    """Launch-scoped language patching: the launch patches, helpers inside it do not again."""
+    tl, interp = st["tl"], st["interp"]
+    active: list = []  # per running launch: the language modules its patch covers
+    cache: dict = {}
+
+    def langs_of(fn):
+        key = id(fn)
+        if key not in cache:
+            cache[key] = (fn, _lang_modules(fn, tl))  # keep fn alive: ids must not be reused
+        return cache[key][1]
+
+    grid_orig = originals[("GridExecutor", "__call__")]
+    device_orig = originals[("InterpretedFunction", "__call__")]
+
+    def grid_call(self, *args, **kwargs):
+        active.append(set(langs_of(self.fn)))
+        try:
+            return grid_orig(self, *args, **kwargs)
+        finally:
+            active.pop()
+
+    def device_call(self, *args, **kwargs):
+        langs = langs_of(self.fn)
+        if active and langs <= active[-1]:
+            fn = self.rewrite()
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:  # as the original: errors surface as InterpreterError
+                raise interp.InterpreterError(repr(e)) from e
+        if active:
+            # The original patches this helper's modules first thing and never undoes it (its scope
+            # is dropped), so for the rest of this launch they count as patched. Triton's own
+            # helpers (tl.sum, tl.max...) see tl.core where kernels see tl: without this, every
+            # call of them would re-patch.
+            active[-1].update(langs)
+        return device_orig(self, *args, **kwargs)
+
+    wrappers = {("GridExecutor", "__call__"): grid_call, ("InterpretedFunction", "__call__"): device_call}
+    for key, fn in wrappers.items():
+        fn.__wrapped__ = originals[key]
+        setattr(fn, _MARK, True)
+    return wrappers
+
+
+def _make_overflow_wrapper(st, original):
+    """Skip the interpreter's int overflow re-computation when its assert cannot fire."""
+    builder = st["interp"].interpreter_builder
+
+    def overflow_check(self, lhs, rhs, binary_op):
+        # The interpreter always sets sanitize_overflow but leaves debug off, and device_assert
+        # returns at once without debug: each integer add, sub and mul was re-done in int64 and
+        # compared to the bounds (a third of interpreter time) for an assert never evaluated.
+        if self.builder is builder and not builder.options.debug:
+            return None
+        return original(self, lhs, rhs, binary_op)
+
+    overflow_check.__wrapped__ = original
+    setattr(overflow_check, _MARK, True)
+    return overflow_check
+
+
+def _speed_targets(st) -> list:
+    """(owner, attribute) of every speed-only wrapper."""
+    interp = st["interp"]
+    return [(getattr(interp, c), m) for c, m in _CALLS] + [(type(interp.interpreter_semantic), _OVERFLOW_CHECK)]
+
+
 def install() -> bool:
     """Patch the interpreter's builder for bf16.  Idempotent.
 
@@ -318,6 +418,12 @@ def install() -> bool:
     originals = {name: getattr(cls, name) for name in _PATCHED}
     for name, fn in _make_wrappers(st, originals).items():
         setattr(cls, name, fn)
+    interp = st["interp"]
+    call_originals = {(c, m): getattr(getattr(interp, c), m) for c, m in _CALLS}
+    for (c, m), fn in _make_call_wrappers(st, call_originals).items():
+        setattr(getattr(interp, c), m, fn)
+    semantic_cls = type(interp.interpreter_semantic)
+    setattr(semantic_cls, _OVERFLOW_CHECK, _make_overflow_wrapper(st, getattr(semantic_cls, _OVERFLOW_CHECK)))
     return True
 
 
@@ -331,7 +437,8 @@ def is_installed() -> bool:
         except RuntimeError:
             return False
     cls = _state["builder_cls"]
-    return all(getattr(getattr(cls, name, None), _MARK, False) for name in _PATCHED)
+    return (all(getattr(getattr(cls, name, None), _MARK, False) for name in _PATCHED)
+            and all(getattr(getattr(owner, name, None), _MARK, False) for owner, name in _speed_targets(_state)))
 
 
 def uninstall() -> None:
@@ -339,9 +446,10 @@ def uninstall() -> None:
     if not _state:
         return
     cls = _state["builder_cls"]
-    for name in _PATCHED:
-        current = getattr(cls, name, None)
+    targets = [(cls, name) for name in _PATCHED] + _speed_targets(_state)
+    for owner, name in targets:
+        current = getattr(owner, name, None)
         # Unwind any stack of our wrappers, but never past a foreign one.
         while current is not None and getattr(current, _MARK, False):
             current = current.__wrapped__
-            setattr(cls, name, current)
+            setattr(owner, name, current)

@@ -208,7 +208,7 @@ def test_known_failures_must_keep_failing(planted):
 # ---- the shipped kernels (good input) ------------------------------------------------------
 
 def test_shipped_fp8_mma_and_lean_kernels_across_targets(tmp_path, cc):
-    """sm_80: the fp8-MMA kernel excluded, lean's e4m3 variants failing as recorded; gfx942:
+    """sm_80: the fp8-MMA kernel excluded, lean's e4m3 variants built through the byte path; gfx942:
     the fp8-MMA kernel's dots reach the FNUZ fp8 matrix instructions; resources reported."""
     report = tmp_path / "cc"
     p = _run("ci/compile_check.py", "--kernels", "adaptive_split_fp8mma", "lean", "--targets", "sm_80", "gfx942",
@@ -225,10 +225,11 @@ def test_shipped_fp8_mma_and_lean_kernels_across_targets(tmp_path, cc):
     stage1 = [r for r in fp8 if r["fn"] == "_adaptive_stage1"]
     assert stage1 and all(r["status"] == "ok" and ("fp8_fp8" in r["mma"] or "bf8_bf8" in r["mma"]) for r in stage1), stage1
     lean = [r for r in rows if r["kernel"] == "lean" and r["fn"] == "lean_decode_kernel"]
-    known = [r for r in lean if r["status"] == "known"]
-    assert known and all(r["target"] == "sm_80" and r["variants"][0].startswith("lean e4m3") for r in known)
-    assert all(r["status"] == "ok" and r["regs"] and 0 < r["shared"] <= r["smem_limit"]
-               for r in lean if r["status"] != "known")
+    # lean's e4m3 variants on sm_80 (no fp8 hardware) once failed here; lean now loads e4m3 as bytes
+    # and widens them in registers, so every lean row must build, sm_80's e4m3 included.
+    assert any(r["target"] == "sm_80" and any(v.startswith("lean e4m3") for v in r["variants"]) for r in lean)
+    assert all(r["status"] == "ok" and r["regs"] and 0 < r["shared"] <= r["smem_limit"] for r in lean), \
+        [r for r in lean if r["status"] != "ok"]
     labels = {v for r in lean if r["target"] == "gfx942" for v in r["variants"]}
     assert len(labels) == len(cc.GRID), f"gfx942: {len(labels)} of {len(cc.GRID)} grid rows compiled for lean"
     assert "| target | kernel | function |" in report.with_suffix(".md").read_text()

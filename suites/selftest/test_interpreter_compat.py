@@ -327,3 +327,111 @@ def test_fp8_downcast_rounds_to_nearest_even_and_saturates():
             assert compat.install() is True
             after = _cast(x, f8)
             assert torch.equal(after.view(torch.uint8), want.view(torch.uint8)), (src, f8)
+
+
+@triton.jit
+def _scale_helper(x, s):
+    return x * s
+
+
+@triton.jit
+def _helper_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr, REPEAT: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    for _ in tl.static_range(REPEAT):
+        x = _scale_helper(x, 0.5)
+        x = x - tl.max(x, 0) + tl.max(x, 0)  # tl.max: a Triton helper that sees tl.core, not tl
+    tl.store(out_ptr + offs, x)
+
+
+def _count_lang_patches(monkeypatch):
+    import triton.runtime.interpreter as interp
+    calls = []
+    original = interp._patch_lang
+
+    def counting(fn):
+        calls.append(fn.__name__)
+        return original(fn)
+
+    monkeypatch.setattr(interp, "_patch_lang", counting)
+    return calls
+
+
+def test_helpers_inside_a_launch_are_not_repatched_and_compute_the_same(monkeypatch):
+    x = torch.randn(64, dtype=torch.float32, generator=torch.Generator().manual_seed(3))
+    calls = _count_lang_patches(monkeypatch)
+
+    compat.uninstall()
+    stock = torch.empty_like(x)
+    _helper_kernel[(1, )](x, stock, 64, 4)
+    stock_patches = list(calls)
+
+    calls.clear()
+    compat.install()
+    layered = torch.empty_like(x)
+    _helper_kernel[(1, )](x, layered, 64, 4)
+
+    # Stock interpreter: one patch for the launch and one per helper call; ours: the launch, and
+    # tl.max once (its module, tl.core, is not one the launch patched).
+    assert stock_patches.count("_scale_helper") == 4 and stock_patches.count("max") == 8
+    assert calls == ["_helper_kernel", "max"]
+    assert torch.equal(layered, stock)
+    torch.testing.assert_close(layered, x / 16, rtol=0, atol=1e-6)
+
+
+@triton.jit
+def _bad_shape_helper(x):
+    return x + tl.arange(0, 32)  # x has 64 elements: shapes do not broadcast
+
+
+@triton.jit
+def _bad_helper_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, _bad_shape_helper(tl.load(x_ptr + offs)))
+
+
+def test_helper_errors_still_surface_as_interpreter_errors():
+    import triton.runtime.interpreter as interp
+    compat.install()
+    x = torch.randn(64)
+    with pytest.raises(interp.InterpreterError):
+        _bad_helper_kernel[(1, )](x, torch.empty(64), 64)
+
+
+def test_uninstall_restores_the_interpreters_launch_calls():
+    import triton.runtime.interpreter as interp
+    compat.install()
+    compat.uninstall()
+    for cls_name, meth in compat._CALLS:
+        assert not getattr(getattr(getattr(interp, cls_name), meth), compat._MARK, False), f"{cls_name}.{meth}"
+
+
+@triton.jit
+def _int_overflow_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) * 65536)  # int32 product past 2^31 for x >= 32768
+
+
+def _overflowing_ints():
+    return torch.tensor([1, -3, 32768, 100000] * 4, dtype=torch.int32)
+
+
+def test_int_overflow_check_skipped_only_while_its_assert_is_off(monkeypatch):
+    import dataclasses
+
+    import triton.runtime.interpreter as interp
+    x = _overflowing_ints()
+    wrapped = (x.to(torch.int64) * 65536).to(torch.int32)  # two's-complement wrap, as on a GPU
+    compat.uninstall()
+    stock = torch.empty_like(x)
+    _int_overflow_kernel[(1, )](x, stock, 16)
+    compat.install()
+    layered = torch.empty_like(x)
+    _int_overflow_kernel[(1, )](x, layered, 16)
+    assert torch.equal(stock, wrapped) and torch.equal(layered, wrapped)
+
+    # With debug on the interpreter does evaluate its overflow assert, and the layer steps aside.
+    builder = interp.interpreter_builder
+    monkeypatch.setattr(builder, "options", dataclasses.replace(builder.options, debug=True))
+    with pytest.raises(interp.InterpreterError, match="overflow detected"):
+        _int_overflow_kernel[(1, )](x, torch.empty_like(x), 16)
