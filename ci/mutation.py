@@ -356,10 +356,12 @@ def _prepare(device: str):
 def _worker(name: str, cases_file: str, progress: str, stop_at_first: bool, device: str, profile: str) -> int:
     """Run the parity cases listed in `cases_file` (ids, in that order) against one mutant,
     appending one line per event to `progress`: `start i`, `pass i`, `skip i`,
-    `fail i <message>`, and `done` at the end."""
+    `fail i <message>`, `restart i` (a CUDA failure poisoned the process: it stops after case
+    i and the parent starts a fresh worker) and `done` at the end."""
     _prepare(device)
     import torch
     torch.set_num_threads(1)
+    from decode_conformance.isolation import poisons_context
     from decode_conformance.runner import run_case
     m = {x.name: x for x in load_mutants()}[name]
     kernel = mutant_kernel(m)
@@ -379,6 +381,11 @@ def _worker(name: str, cases_file: str, progress: str, stop_at_first: bool, devi
                 f.write(f"pass {i}\n")
             else:
                 f.write(f"fail {i} {' '.join(res.message.split())[:300]}\n")
+                if dev_type == "cuda" and poisons_context(res.message):
+                    # An illegal address poisons this process's CUDA context: every later case
+                    # here would fail for that, not for the mutant. A fresh worker goes on.
+                    f.write(f"restart {i}\n")
+                    return 0
                 if stop_at_first:
                     break
         f.write("done\n")
@@ -404,6 +411,30 @@ def _env(tmp: str, device: str) -> dict:
     env["PYTHONPATH"] = os.pathsep.join([tmp, str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     env[_TMP_ENV] = tmp
     return env
+
+
+def read_progress(text: str) -> tuple[dict, Optional[int], bool, Optional[int]]:
+    """A worker's progress file -> ({case index: failure message}, index of a case started with
+    no result (it crashed or hung), whether the worker finished, index after which it stopped
+    to be replaced (`restart`))."""
+    failed: dict[int, str] = {}
+    running, done, restart_after = None, False, None
+    for ln in text.splitlines():
+        word, _, rest = ln.partition(" ")
+        if word == "done":
+            done = True
+            continue
+        idx, _, msg = rest.partition(" ")
+        i = int(idx)
+        if word == "start":
+            running = i
+            continue
+        running = None
+        if word == "fail":
+            failed[i] = msg
+        elif word == "restart":
+            restart_after = i
+    return failed, running, done, restart_after
 
 
 def run_isolated(m: Mutant, case_ids: list[str], stop_at_first: bool = False,
@@ -442,22 +473,15 @@ def run_isolated(m: Mutant, case_ids: list[str], stop_at_first: bool = False,
                         proc.kill()
                         proc.wait()
                         hung = True
-            running, done = None, False
-            for ln in progress.read_text().splitlines():
-                word, _, rest = ln.partition(" ")
-                if word == "done":
-                    done = True
-                    continue
-                idx, _, msg = rest.partition(" ")
-                i = int(idx)
-                if word == "start":
-                    running = i
-                    continue
-                running = None
-                if word == "fail":
-                    kills[remaining[i]] = msg
+            failed, running, done, restart_after = read_progress(progress.read_text())
+            kills.update({remaining[i]: msg for i, msg in failed.items()})
             if done:
                 break
+            if restart_after is not None:  # the worker gave up its poisoned context after a kill
+                if stop_at_first:
+                    break
+                remaining = remaining[restart_after + 1:]
+                continue
             if running is None:  # died outside a case: a broken mutant or worker, not a kill
                 tail = log.read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"mutant {m.name}: worker exited with {proc.returncode} outside a case:\n{tail}")
