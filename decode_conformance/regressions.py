@@ -1,5 +1,5 @@
 """Regression cases: one record per real decode-attention bug that shipped past another
-project's tests (shared/design/known-bugs.md). Each names its upstream report, what went
+project's tests (the list, in words: docs/regressions.md). Each names its upstream report, what went
 wrong, and carries the cases that check the property which would have caught it. They
 run in the default `parity` set for every kernel.
 """

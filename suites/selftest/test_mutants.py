@@ -220,3 +220,15 @@ def test_progress_after_a_poisoned_cuda_context():
     assert mu.read_progress("start 0\nfail 0 x\nstart 1\n")[1:] == (1, False, None)
     assert mu.read_progress("skip 0\nstart 1\npass 1\ndone\n") == ({}, None, True, None)
 
+
+
+def test_fingerprint_ignores_docstrings_and_comments_not_code(tmp_path):
+    src = 'def f(x):\n    """Scale x."""\n    return x * 2  # doubled\n'
+    base = tmp_path / "a.py"
+    base.write_text(src)
+    reworded = tmp_path / "b.py"
+    reworded.write_text(src.replace("Scale x.", "Double x (see docs/).").replace("# doubled", "# twice"))
+    changed = tmp_path / "c.py"
+    changed.write_text(src.replace("x * 2", "x * 3"))
+    assert mu._content_sha(reworded) == mu._content_sha(base)
+    assert mu._content_sha(changed) != mu._content_sha(base)
