@@ -65,7 +65,7 @@ def plot_lean(d: pathlib.Path) -> pathlib.Path:
         labels, vals, colors = [], [], []
         for r in cells:
             on = lean_gate.eager_gate(r["batch"], round(r["mean_len"] * r["batch"]), parts[0], parts[0] // parts[1],
-                                      is_mla=len(parts) == 4, gpu_class="sm_90")
+                                      is_mla=len(parts) == 4, gpu_class="sm_90", max_len=r.get("max_len"))
             labels.append(f"b{r['batch']} {r['ctx'] // 1024}k r{r['ratio']}")
             vals.append(r["speedup"])
             colors.append("tab:green" if on else "tab:gray")

@@ -128,7 +128,7 @@ def lean_sweep(reps, tbs, quick=False, deadline=float("inf")):
         lens = _ragged_lens(bsz, ctx, ratio, seed=1000 * bsz + ctx % 997 + int(ratio * 10))
         case = _case(shape, lens)
         row = {"shape": "/".join(map(str, shape)), "batch": bsz, "ctx": ctx, "ratio": ratio,
-               "mean_len": sum(lens) / len(lens)}
+               "mean_len": sum(lens) / len(lens), "max_len": max(lens)}
         try:
             ln_us, ln = _time_kernel("lean", case, reps)
             ad_us, ad = _time_kernel("adaptive_split", case, reps)

@@ -115,6 +115,7 @@ def _worker_main(conn, device: str, root: str, log_path: str) -> None:
         use_interpreter()
     from .cases import Case
     from .kernel_api import KernelLoadError, load_kernel
+    from .device_memory import trim
     from .runner import CaseResult, run_case
 
     conn.send(("ready", os.getpid()))
@@ -132,6 +133,8 @@ def _worker_main(conn, device: str, root: str, log_path: str) -> None:
             if spec not in kernels:
                 kernels[spec] = load_kernel(spec)
             res = run_case(kernels[spec], case, device, seed=seed, repro=repro, **kw)
+            if device != "cpu":
+                trim(device)  # the parent's slot for a heavy case ends when this returns
         except KernelLoadError as e:
             res = CaseResult(kernel=spec.rsplit(":", 1)[-1], case_id=case.id, status="error",
                              message=f"isolation worker: {e}", repro=repro)

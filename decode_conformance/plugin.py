@@ -159,21 +159,23 @@ def dc_device(dc_state) -> str:
 @pytest.fixture
 def dc_run(request, dc_state):
     """Run a kernel on a case, record the result for the report, return the CaseResult."""
+    from .device_memory import case_on_shared_gpu
     from .inprocess_timeout import in_process_timeout
     from .runner import failure_text, repro_command, run_case
 
     def run(kp, case, **kw):
         suite = dc_state.suite_arg(request.node.path, request.config.rootpath)
         repro = repro_command(kp.spec, case, dc_state.case_set, dc_state.device, suite=suite, pyargs=dc_state.pyargs)
-        if dc_state.isolation == "process":
-            if dc_state.runner is None:
-                from .isolation import IsolatedRunner
-                dc_state.runner = IsolatedRunner(dc_state.device, dc_state.case_timeout)
-            res = dc_state.runner.run(kp.spec, case, repro=repro, **kw)
-            res.kernel = kp.name
-        else:
-            with in_process_timeout(request.config, dc_state.case_timeout, f"{kp.name} on {case.id}"):
-                res = run_case(kp.kernel, case, dc_state.device, repro=repro, **kw)
+        with case_on_shared_gpu(case, dc_state.device, dc_state.workers_per_device):
+            if dc_state.isolation == "process":
+                if dc_state.runner is None:
+                    from .isolation import IsolatedRunner
+                    dc_state.runner = IsolatedRunner(dc_state.device, dc_state.case_timeout)
+                res = dc_state.runner.run(kp.spec, case, repro=repro, **kw)
+                res.kernel = kp.name
+            else:
+                with in_process_timeout(request.config, dc_state.case_timeout, f"{kp.name} on {case.id}"):
+                    res = run_case(kp.kernel, case, dc_state.device, repro=repro, **kw)
         res.extra["text"] = failure_text(res, case)
         request.node.user_properties.append(("dc_result", json.dumps(res.to_dict())))
         return res

@@ -8,8 +8,8 @@ Order of the decision (`choose_path`), first match wins:
 3. Explicit enable_lean=True / False.
 4. enable_lean=None during CUDA-graph capture -> `lean_gate.capture_policy` (batch, head
    tiles, MLA; the lengths are not known yet).
-5. enable_lean=None in eager mode -> `lean_gate.eager_gate` with the real lengths (a host
-   sum; None -> split-K, and no host sync is ever made to find it).
+5. enable_lean=None in eager mode -> `lean_gate.eager_gate` with the real lengths (their host
+   sum and maximum; None -> split-K, and no host sync is ever made to find them).
 Thresholds come from the GPU class's row of fixtures/gates/lean_calibration.toml; classes
 without one (and the CPU interpreter) never enable Lean on their own.
 """
@@ -48,7 +48,7 @@ def lean_unsupported(softcap: float = 0.0, sinks: bool = False, num_splits: Opti
 
 
 def choose_path(*, batch: int, num_q_heads: int, kv_group: int, seq_lens_sum: Optional[int] = None,
-                is_mla: bool = False, enable_lean: Optional[bool] = None, softcap: float = 0.0,
+                max_len: Optional[int] = None, is_mla: bool = False, enable_lean: Optional[bool] = None, softcap: float = 0.0,
                 sinks: bool = False, num_splits: Optional[int] = None, capturing: bool = False,
                 gpu_class: Optional[str] = lean_gate.DEFAULT_CLASS, table=None,
                 env: Optional[Mapping[str, str]] = None) -> str:
@@ -62,7 +62,8 @@ def choose_path(*, batch: int, num_q_heads: int, kv_group: int, seq_lens_sum: Op
     if capturing:
         ok = lean_gate.capture_policy(batch, num_q_heads, kv_group, is_mla, gpu_class, table)
     else:
-        ok = lean_gate.eager_gate(batch, seq_lens_sum, num_q_heads, kv_group, is_mla, gpu_class, table)
+        ok = lean_gate.eager_gate(batch, seq_lens_sum, num_q_heads, kv_group, is_mla, gpu_class, table,
+                                  max_len=max_len)
     return LEAN if ok else SPLIT
 
 
@@ -85,8 +86,16 @@ def _capturing(device) -> bool:
     return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
+def _visible(lengths, window: Optional[int]) -> list[int]:
+    return [min(int(n), window) if window else int(n) for n in lengths]
+
+
 def _visible_sum(lengths, window: Optional[int]) -> int:
-    return int(sum(min(int(n), window) if window else int(n) for n in lengths))
+    return sum(_visible(lengths, window))
+
+
+def _visible_max(lengths, window: Optional[int]) -> int:
+    return max(_visible(lengths, window), default=0)
 
 
 def decode(q, k_cache, v_cache, kv_indptr, kv_indices, out, *, sm_scale: float, lse=None,
@@ -111,6 +120,7 @@ def decode(q, k_cache, v_cache, kv_indptr, kv_indices, out, *, sm_scale: float, 
     path = choose_path(
         batch=B, num_q_heads=Hq, kv_group=Hq // Hkv,
         seq_lens_sum=None if lengths is None else _visible_sum(lengths, window),
+        max_len=None if lengths is None else _visible_max(lengths, window),
         is_mla=k_cache.shape[-1] != v_cache.shape[-1], enable_lean=enable_lean, softcap=softcap,
         sinks=sinks is not None, capturing=_capturing(q.device),
         gpu_class=gpu_class if gpu_class is not None else gpu_class_of(q.device), table=table)
@@ -171,7 +181,8 @@ class DispatchKernel:
             None if batch.window is None else batch.window + 1)
         return choose_path(
             batch=batch.batch_size, num_q_heads=batch.num_q_heads, kv_group=batch.group,
-            seq_lens_sum=_visible_sum(batch.seq_lens_host, visible), is_mla=batch.v_from_k,
+            seq_lens_sum=_visible_sum(batch.seq_lens_host, visible),
+            max_len=_visible_max(batch.seq_lens_host, visible), is_mla=batch.v_from_k,
             enable_lean=self.enable_lean, softcap=batch.softcap, sinks=batch.sinks is not None,
             num_splits=batch.num_splits, capturing=_capturing(batch.device),
             gpu_class=self.gpu_class if self.gpu_class is not None else gpu_class_of(batch.device),

@@ -53,6 +53,11 @@ class GateRow:
     capture_min_batch: int
     capture_min_tiles: int
     capture_mla_min_batch: int
+    # Ragged rule (eager, non-MLA, optional): on at batch >= ragged_min_batch with at least
+    # capture_min_tiles head tiles when the longest request is >= ragged_ratio x the average
+    # (Lean balances unequal requests; split-K's per-request chunks leave SMs idle). 0 = off.
+    ragged_min_batch: int = 0
+    ragged_ratio: float = 0.0
 
 
 _INT_FIELDS = ("len_floor", "mla_min_batch", "mla_len_floor", "capture_min_batch", "capture_min_tiles",
@@ -65,7 +70,8 @@ def _row(name: str, d: Mapping, where: str) -> GateRow:
             raise ValueError(f"{where}: class {name!r} lacks {key!r}")
         return d[key]
 
-    unknown = set(d) - set(_INT_FIELDS) - {"enabled", "provisional", "note", "tiers"}
+    unknown = set(d) - set(_INT_FIELDS) - {"enabled", "provisional", "note", "tiers", "ragged_min_batch",
+                                           "ragged_ratio"}
     if unknown:
         raise ValueError(f"{where}: class {name!r} has unknown keys {sorted(unknown)}")
     ints = {}
@@ -85,11 +91,17 @@ def _row(name: str, d: Mapping, where: str) -> GateRow:
         tiers.append(tier)
     if not tiers or tiers[-1].min_tiles != 0 or any(a.min_tiles <= b.min_tiles for a, b in zip(tiers, tiers[1:])):
         raise ValueError(f"{where}: {name}.tiers must be in strictly decreasing min_tiles ending at 0")
+    ragged_min_batch, ragged_ratio = d.get("ragged_min_batch", 0), d.get("ragged_ratio", 0.0)
+    if not isinstance(ragged_min_batch, int) or isinstance(ragged_min_batch, bool) or ragged_min_batch < 0:
+        raise ValueError(f"{where}: {name}.ragged_min_batch must be an int >= 0, got {ragged_min_batch!r}")
+    if not isinstance(ragged_ratio, (int, float)) or isinstance(ragged_ratio, bool) or not (
+            ragged_ratio == 0 or ragged_ratio >= 1):
+        raise ValueError(f"{where}: {name}.ragged_ratio must be 0 (off) or a number >= 1, got {ragged_ratio!r}")
     enabled, provisional = need("enabled"), d.get("provisional", False)
     if not isinstance(enabled, bool) or not isinstance(provisional, bool):
         raise ValueError(f"{where}: {name}.enabled / provisional must be booleans")
     return GateRow(name=name, enabled=enabled, provisional=provisional, note=str(d.get("note", "")),
-                   tiers=tuple(tiers), **ints)
+                   tiers=tuple(tiers), ragged_min_batch=ragged_min_batch, ragged_ratio=float(ragged_ratio), **ints)
 
 
 def _parse(data: Mapping, where: str) -> dict[str, GateRow]:
@@ -152,9 +164,11 @@ def eager_threshold(batch: int, num_q_heads: int, kv_group: int, row: GateRow) -
 
 
 def eager_gate(batch: int, seq_lens_sum: Optional[int], num_q_heads: int, kv_group: int, is_mla: bool = False,
-               gpu_class: Optional[str] = DEFAULT_CLASS, table: TableLike = None) -> bool:
+               gpu_class: Optional[str] = DEFAULT_CLASS, table: TableLike = None, *,
+               max_len: Optional[int] = None) -> bool:
     """Eager decode: run Lean for these real lengths? seq_lens_sum = sum of the requests'
-    (visible) lengths; None (lengths unknown) -> False."""
+    (visible) lengths; None (lengths unknown) -> False. max_len = the longest request's
+    (visible) length, for the row's ragged rule; None -> that rule is not applied."""
     if batch <= 0 or seq_lens_sum is None:
         return False
     row = row_for(gpu_class, table)
@@ -163,7 +177,11 @@ def eager_gate(batch: int, seq_lens_sum: Optional[int], num_q_heads: int, kv_gro
     avg_len = seq_lens_sum / batch
     if is_mla:
         return batch >= row.mla_min_batch and avg_len >= row.mla_len_floor
-    return avg_len >= eager_threshold(batch, num_q_heads, kv_group, row)
+    if avg_len >= eager_threshold(batch, num_q_heads, kv_group, row):
+        return True
+    return (row.ragged_min_batch > 0 and max_len is not None and batch >= row.ragged_min_batch
+            and head_tiles(num_q_heads, kv_group) >= row.capture_min_tiles and avg_len >= row.len_floor
+            and max_len >= row.ragged_ratio * avg_len)
 
 
 def capture_policy(batch: int, num_q_heads: int, kv_group: int, is_mla: bool = False,

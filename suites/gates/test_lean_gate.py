@@ -42,7 +42,7 @@ def test_calibration_file_rows():
     rows = lean_gate.load_table()
     assert {"default", "gfx950", "gfx942", "sm_90"} <= set(rows)
     assert rows["default"].enabled is False
-    assert rows["sm_90"].provisional is False and "H200 sweep" in rows["sm_90"].note
+    assert rows["sm_90"].provisional is False and "H200 re-sweep" in rows["sm_90"].note
     assert rows["gfx950"].provisional is False
     # The seed: "The MI355X auto-gate thresholds transfer unchanged" to MI300X.
     a, b = rows["gfx950"], rows["gfx942"]
@@ -67,10 +67,47 @@ def _row_dict(**over):
     ({"default": _row_dict(enabled=False, tiers=[{"min_tiles": 4, "base_len": 1, "batch_div": 1}])}, "ending at 0"),
     ({"default": _row_dict(enabled=False, len_floor=-1)}, "len_floor"),
     ({"default": _row_dict(enabled=False, surprise=1)}, "unknown keys"),
+    ({"default": _row_dict(enabled=False, ragged_ratio=0.5)}, "ragged_ratio"),
+    ({"default": _row_dict(enabled=False, ragged_ratio=True)}, "ragged_ratio"),
+    ({"default": _row_dict(enabled=False, ragged_min_batch=-1)}, "ragged_min_batch"),
 ])
 def test_table_validation(bad, match):
     with pytest.raises(ValueError, match=match):
         lean_gate.load_table(bad)
+
+
+# ----- the ragged rule (sm_90 row: batch >= 8, >= 4 head tiles, longest >= 1.2 x average) -------
+@pytest.mark.parametrize("batch, hq, group, avg, longest, on", [
+    (16, 32, 4, 10000, 13000, True),  # 1.3x ragged, 8 tiles
+    (16, 32, 4, 10000, 11000, False),  # 1.1x: uniform enough, split-K
+    (16, 32, 4, 10000, None, False),  # longest unknown: the rule is not applied
+    (4, 32, 4, 10000, 13000, False),  # batch below 8
+    (8, 28, 7, 10000, 12000, True),  # 4 tiles, exactly 1.2x
+    (16, 8, 4, 10000, 13000, False),  # 2 tiles: not measured, never on
+    (16, 32, 4, 4000, 8000, False),  # average under the 4096 floor
+    (16, 128, 128, 10000, 13000, False),  # MLA-shaped call with is_mla: never on sm_90 (below)
+])
+def test_sm90_ragged_rule(batch, hq, group, avg, longest, on):
+    mla = group == 128
+    assert lean_gate.eager_gate(batch, batch * avg, hq, group, mla, "sm_90", max_len=longest) is on
+
+
+@pytest.mark.parametrize("cls", SEED_CLASSES)
+def test_rows_without_the_ragged_rule_ignore_the_longest_length(cls):
+    for p in _grid(300, seed=7):
+        total = p["batch"] * p["avg"]
+        plain = eager_gate(p["batch"], total, p["hq"], p["group"], p["mla"], cls)
+        assert eager_gate(p["batch"], total, p["hq"], p["group"], p["mla"], cls, max_len=50 * p["avg"]) == plain
+
+
+def test_dispatch_passes_the_longest_visible_length():
+    shape = dict(batch=16, num_q_heads=32, kv_group=4, gpu_class="sm_90", env=NO_ENV)
+    lens = [16000] * 8 + [4000] * 8  # average 10000, longest 16000
+    assert dispatch.choose_path(seq_lens_sum=sum(lens), max_len=max(lens), **shape) == "lean"
+    assert dispatch.choose_path(seq_lens_sum=sum(lens), **shape) == "split"
+    # a 4096-key window caps every request: uniform then, split-K
+    vis = [min(n, 4096) for n in lens]
+    assert dispatch._visible_max(lens, 4096) == 4096 and dispatch._visible_sum(lens, 4096) == sum(vis)
 
 
 def test_unknown_class_uses_default_row():

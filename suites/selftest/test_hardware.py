@@ -166,8 +166,10 @@ PER_GPU = xdist_pinning.WORKERS_PER_GPU
 
 @pytest.mark.parametrize("n,device,cpus,expected", [
     (1, None, 16, PER_GPU),  # one GPU: several workers, the correctness suites are host-bound
-    (2, "cuda", 16, 2 * PER_GPU),
-    (8, None, 16, 8 * 2),  # bounded by the CPU count: 2 per GPU on 16 cores
+    (1, None, 64, PER_GPU),
+    (2, "cuda", 64, 2 * PER_GPU),
+    (2, "cuda", 16, 2 * 8),  # bounded by the CPU count: 8 per GPU on 16 cores
+    (8, None, 16, 8 * 2),  # 2 per GPU on 16 cores
     (0, None, 16, None),  # no GPU: xdist's own default (CPU count)
     (4, "cpu", 16, None),  # --device=cpu on a GPU machine: the GPUs do not bound the workers
 ])
@@ -183,7 +185,7 @@ def test_auto_num_workers_perf_alone_is_one_per_gpu(monkeypatch):
 
 
 def test_auto_num_workers_honours_visible_devices_and_env(monkeypatch):
-    _fake_gpus(monkeypatch, 2, visible="3,5")  # torch counts the 2 the parent may use
+    _fake_gpus(monkeypatch, 2, visible="3,5", cpus=64)  # torch counts the 2 the parent may use
     assert xdist_pinning.auto_num_workers(FakeConfig()) == 2 * PER_GPU
     monkeypatch.setenv(xdist_pinning.WORKERS_PER_GPU_ENV, "1")
     assert xdist_pinning.auto_num_workers(FakeConfig()) == 2

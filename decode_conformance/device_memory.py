@@ -1,0 +1,103 @@
+"""Sharing one GPU between several xdist workers (see `xdist_pinning`): keep the memory each
+worker leaves reserved between cases small, and bound how many memory-heavy cases hold the GPU
+at once.
+
+Why: PyTorch's caching allocator keeps the blocks of every case a process has run, so after a
+few large cases each worker holds gigabytes it no longer uses. Measured on one H200 with 16 and
+12 workers (docs/gpu-runs/2026-11-30-h200-cold/, run 1): single processes held 8-15 GB, and the
+4-8 GB pools of the int32-overflow regression cases (fa2709) then failed to allocate (9 and 1
+out-of-memory failures). A case's own need is `memory.case_bytes`; what a kernel adds on top
+(scratch, gathers) is unknown to us, so a heavy case takes one of a few slots sized with room
+to spare rather than a byte budget.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import re
+import tempfile
+import time
+
+IDLE_RESERVE_BYTES = 1 << 30  # reserved-but-free memory a process may keep between cases
+HEAVY_CASE_BYTES = 2 << 30  # a case estimated at or above this runs in a slot
+SLOT_BYTES = 16 << 30  # what one slot stands for: the largest GPU-profile case (8.6 GB est.) x ~2
+SLOT_SHARE = 0.5  # of the GPU's memory, the rest for the workers' contexts and light cases
+POLL_S = 0.02
+
+
+def slot_count(total_bytes: int) -> int:
+    """Heavy cases that may run at once on a GPU of `total_bytes` (at least one)."""
+    return max(1, int(total_bytes * SLOT_SHARE) // SLOT_BYTES)
+
+
+def trim(device=None, limit: int = IDLE_RESERVE_BYTES) -> bool:
+    """Return cached, unused device memory to the driver when more than `limit` bytes of it
+    sit in this process's allocator for `device`. True when it did."""
+    import torch
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return False
+    if torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) <= limit:
+        return False
+    torch.cuda.empty_cache()
+    return True
+
+
+class SlotLock:
+    """One of `slots` advisory file locks in `directory`: a counting semaphore between
+    processes that needs no server and is released by the OS when its holder dies."""
+
+    def __init__(self, directory: pathlib.Path, slots: int):
+        self.directory = pathlib.Path(directory)
+        self.slots = max(1, slots)
+        self._fh = None
+
+    def __enter__(self):
+        import fcntl
+        self.directory.mkdir(parents=True, exist_ok=True)
+        start = os.getpid() % self.slots
+        while True:
+            for k in range(self.slots):
+                fh = open(self.directory / f"slot-{(start + k) % self.slots}.lock", "a+")
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    fh.close()
+                    continue
+                self._fh = fh
+                return self
+            time.sleep(POLL_S)
+
+    def __exit__(self, *exc):
+        import fcntl
+        fcntl.flock(self._fh, fcntl.LOCK_UN)
+        self._fh.close()
+        self._fh = None
+        return False
+
+
+def _lock_dir() -> pathlib.Path:
+    """One directory per physical GPU: workers pinned to it share its slots."""
+    from . import hardware
+    gpu = os.environ.get(hardware.visible_devices_var(), "") or "all"
+    user = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    return pathlib.Path(tempfile.gettempdir()) / f"decode-conformance-{user}" / f"gpu-{re.sub(r'[^0-9A-Za-z_-]', '_', gpu)}"
+
+
+@contextlib.contextmanager
+def case_on_shared_gpu(case, device: str, workers: int):
+    """Around one case on `device`: a slot when the case is heavy and other workers share the
+    GPU; afterwards this process's idle reserve trimmed."""
+    if not str(device).startswith("cuda"):
+        yield
+        return
+    from .memory import case_bytes
+    slot = contextlib.nullcontext()
+    if workers > 1 and case_bytes(case) >= HEAVY_CASE_BYTES and hasattr(os, "getuid"):
+        import torch
+        slot = SlotLock(_lock_dir(), slot_count(torch.cuda.get_device_properties(torch.device(device)).total_memory))
+    with slot:
+        try:
+            yield
+        finally:
+            trim(device)

@@ -1,0 +1,154 @@
+"""GPU sharing between xdist workers (decode_conformance.device_memory), on the CPU: the slot
+arithmetic, the cross-process slot lock, and when the allocator's idle reserve is returned."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from decode_conformance import device_memory
+from decode_conformance.cases import Case
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "getuid"), reason="file locks need a POSIX system")
+GiB = 1 << 30
+
+
+@pytest.mark.parametrize("total_gib,slots", [(139.8, 4), (80, 2), (40, 1), (24, 1), (0, 1)])
+def test_slot_count_from_total_memory(total_gib, slots):
+    # half the memory in 16 GiB slots, never none
+    assert device_memory.slot_count(int(total_gib * GiB)) == slots
+
+
+def _hold(lock_factory, log, hold_s):
+    with lock_factory():
+        t0 = time.time()
+        time.sleep(hold_s)
+        t1 = time.time()
+    with open(log, "a") as f:
+        f.write(json.dumps([t0, t1]) + "\n")
+
+
+class _Slots:  # picklable factory for the spawned holders
+    def __init__(self, directory, slots):
+        self.directory, self.slots = directory, slots
+
+    def __call__(self):
+        return device_memory.SlotLock(self.directory, self.slots)
+
+
+class _NoLock:
+    def __call__(self):
+        import contextlib
+        return contextlib.nullcontext()
+
+
+def _max_overlap(log) -> int:
+    spans = [json.loads(line) for line in open(log)]
+    events = sorted([(t0, 1) for t0, _ in spans] + [(t1, -1) for _, t1 in spans], key=lambda e: (e[0], e[1]))
+    now = peak = 0
+    for _, d in events:
+        now += d
+        peak = max(peak, now)
+    return peak
+
+
+def _run_holders(factory, log, n=4, hold_s=0.4):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_hold, args=(factory, str(log), hold_s)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    return _max_overlap(log)
+
+
+def test_slot_lock_bounds_concurrent_holders(tmp_path):
+    assert _run_holders(_Slots(tmp_path / "gpu-0", 2), tmp_path / "slots.log") == 2
+    # the same measurement without the lock sees all four at once: the check can fail
+    assert _run_holders(_NoLock(), tmp_path / "none.log") == 4
+
+
+def _die_holding(directory):
+    lock = device_memory.SlotLock(directory, 1)
+    lock.__enter__()
+    os._exit(0)  # no release: the OS drops the lock with the process
+
+
+def test_slot_of_a_dead_holder_is_free(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    p = ctx.Process(target=_die_holding, args=(tmp_path / "gpu-0",))
+    p.start()
+    p.join(30)
+    t0 = time.time()
+    with device_memory.SlotLock(tmp_path / "gpu-0", 1):
+        pass
+    assert time.time() - t0 < 1.0
+
+
+class _FakeCuda:
+    def __init__(self, reserved, allocated):
+        self.reserved, self.allocated, self.emptied = reserved, allocated, 0
+
+    def is_available(self):
+        return True
+
+    def is_initialized(self):
+        return True
+
+    def memory_reserved(self, device=None):
+        return self.reserved
+
+    def memory_allocated(self, device=None):
+        return self.allocated
+
+    def empty_cache(self):
+        self.emptied += 1
+
+
+@pytest.mark.parametrize("reserved,allocated,emptied", [(3 * GiB, 1 * GiB, 1), (GiB + GiB // 2, GiB, 0)])
+def test_trim_returns_only_a_large_idle_reserve(monkeypatch, reserved, allocated, emptied):
+    import torch
+    fake = _FakeCuda(reserved, allocated)
+    monkeypatch.setattr(torch, "cuda", fake)
+    assert device_memory.trim("cuda") is bool(emptied)
+    assert fake.emptied == emptied
+
+
+def test_cpu_cases_touch_no_gpu_state(monkeypatch, tmp_path):
+    import torch
+    fake = _FakeCuda(10 * GiB, 0)
+    monkeypatch.setattr(torch, "cuda", fake)
+    monkeypatch.setattr(device_memory.tempfile, "gettempdir", lambda: str(tmp_path))
+    with device_memory.case_on_shared_gpu(HEAVY, "cpu", workers=12):
+        pass
+    assert fake.emptied == 0 and not any(tmp_path.iterdir())
+
+
+HEAVY = Case(num_q_heads=4, num_kv_heads=4, head_dim=64, seq_lens=(70, 33), kv_dtype="bf16", min_pool_bytes=2**32)
+LIGHT = Case(num_q_heads=4, num_kv_heads=4, head_dim=64, seq_lens=(70, 33), kv_dtype="bf16")
+
+
+@pytest.mark.parametrize("case,workers,slotted", [(HEAVY, 12, True), (LIGHT, 12, False), (HEAVY, 1, False)])
+def test_heavy_cases_take_a_slot_when_the_gpu_is_shared(monkeypatch, tmp_path, case, workers, slotted):
+    import types
+    import torch
+    fake = _FakeCuda(3 * GiB, 0)
+    fake.get_device_properties = lambda device: types.SimpleNamespace(total_memory=int(139.8 * GiB))
+    monkeypatch.setattr(torch, "cuda", fake)
+    taken = []
+
+    class Recording(device_memory.SlotLock):
+        def __enter__(self):
+            taken.append(self.slots)
+            return super().__enter__()
+
+    monkeypatch.setattr(device_memory, "SlotLock", Recording)
+    monkeypatch.setattr(device_memory.tempfile, "gettempdir", lambda: str(tmp_path))
+    with device_memory.case_on_shared_gpu(case, "cuda", workers=workers):
+        pass
+    assert taken == ([4] if slotted else [])
+    assert fake.emptied == 1  # the 3 GiB idle reserve is returned after every GPU case
