@@ -42,6 +42,7 @@ import triton.language as tl
 
 from decode_conformance.kernel_api import Capabilities
 
+from . import kv_layout
 from . import triton_common as tc
 
 GRID_MULT_ENV = "DECODE_CONFORMANCE_LEAN_GRID_MULT"
@@ -73,7 +74,7 @@ def lean_tile_offsets_kernel(kv_indptr, tile_off, B, window, BLOCK_B: tl.constex
         lo = tl.load(kv_indptr + idx, mask=m, other=0)
         hi = tl.load(kv_indptr + idx + 1, mask=m, other=0)
         length = hi - lo
-        vis = tl.where(window > 0, tl.minimum(length, window), length)
+        vis = tl.minimum(length, window)
         n = (vis + (BLOCK_N - 1)) // BLOCK_N
         tl.store(tile_off + 1 + idx, tl.cumsum(n, 0) + carry, mask=m)
         carry += tl.sum(n, 0)
@@ -164,7 +165,7 @@ def lean_decode_kernel(
 
         kv_lo = tl.load(kv_indptr + b)
         length = tl.load(kv_indptr + b + 1) - kv_lo
-        start = length - tl.where(window > 0, tl.minimum(length, window), length)
+        start = length - tl.minimum(length, window)
         kvh = (ht // TILES_PER_KV).to(tl.int32)
         in_grp = (ht % TILES_PER_KV).to(tl.int32) * HPT + offs_h
         hmask = (offs_h < HPT) & (in_grp < GROUP)
@@ -253,12 +254,10 @@ def lean_decode_kernel(
 # Host side
 # ----------------------------------------------------------------------------------------
 def head_tile_shape(num_q_heads: int, num_kv_heads: int) -> tuple[int, int, int]:
-    """(group, heads per tile, tiles per KV head). heads per tile = min(16, group), as the seed."""
-    if num_q_heads % num_kv_heads:
-        raise ValueError(f"num_q_heads={num_q_heads} is not a multiple of num_kv_heads={num_kv_heads}")
-    group = num_q_heads // num_kv_heads
-    hpt = min(BLOCK_H, group)
-    return group, hpt, -(-group // hpt)
+    """(group, heads per tile, tiles per KV head): kv_layout's tiling (the split-K kernels' too)
+    with at most BLOCK_H heads per tile, so one tile fills the kernel's fixed 16-row score tile."""
+    t = kv_layout.head_tiling(num_q_heads, num_kv_heads, BLOCK_H)
+    return t["group"], t["heads_per_tile"], t["tiles_per_kv"]
 
 
 def _is_hip() -> bool:
@@ -312,19 +311,6 @@ def _pow2(n: int) -> int:
     return max(16, triton.next_power_of_2(n))
 
 
-def _kv_strides(cache: torch.Tensor, page_size: int):
-    """(page, token-in-page, head, dim) strides of a [pages, page_size, H, D] or [slots, H, D] cache."""
-    if cache.dim() == 4:
-        if cache.shape[1] != page_size:
-            raise ValueError(f"cache page dim {cache.shape[1]} != page_size {page_size}")
-        return cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3)
-    if cache.dim() == 3:
-        if page_size != 1:
-            raise ValueError("a 3-D [slots, H, D] cache needs page_size 1")
-        return cache.stride(0), 0, cache.stride(1), cache.stride(2)
-    raise ValueError(f"KV cache must be 3-D or 4-D, got shape {tuple(cache.shape)}")
-
-
 def _torch_allocator(device) -> Callable:
     def alloc(name, shape, dtype, fill=None):
         if fill is None:
@@ -360,8 +346,14 @@ def plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, *, sm_scale:
     ht = Hkv * tiles_per_kv
     d1 = min(Dk, Dv)
     dpe = Dk - d1
-    ksp, kss, ksh, ksd = _kv_strides(k_cache, page_size)
-    vsp, vss, vsh, vsd = _kv_strides(v_cache, page_size)
+    if k_cache.dim() == 4 and k_cache.shape[1] != page_size:
+        raise ValueError(f"cache page dim {k_cache.shape[1]} != page_size {page_size}")
+    if k_cache.dim() == 3 and page_size != 1:
+        raise ValueError("a 3-D [slots, H, D] cache needs page_size 1")
+    kpage, ksp, kss, ksh, ksd = kv_layout.cache_addressing(k_cache)
+    vpage, vsp, vss, vsh, vsd = kv_layout.cache_addressing(v_cache)
+    if kpage != vpage:
+        raise ValueError("k_cache and v_cache must share a page size")
     BLOCK_D1, BLOCK_DV = _pow2(d1), _pow2(Dv)
     BLOCK_DPE = _pow2(dpe) if dpe else 0
     v_from_k = (v_cache.data_ptr() == k_cache.data_ptr() and (vsp, vss, vsh, vsd) == (ksp, kss, ksh, ksd)
@@ -379,7 +371,7 @@ def plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, *, sm_scale:
     pm = alloc("lean.partial_m", (P, 2, BLOCK_H), torch.float32, None)
     pl = alloc("lean.partial_l", (P, 2, BLOCK_H), torch.float32, None)
     counters = alloc("lean.counters", (max(1, B * ht),), torch.int32, 0)
-    win = int(window) if window else 0
+    win = kv_layout.visible_arg(window)
     qk_scale = float(sm_scale) * float(k_scale) * LOG2E
     vs = float(v_scale)
     block_b = min(1024, max(16, triton.next_power_of_2(B)))
@@ -396,7 +388,7 @@ def plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, *, sm_scale:
             out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
             NUM_KV_HEADS=Hkv, GROUP=group, HPT=hpt, TILES_PER_KV=tiles_per_kv,
             D1=d1, DPE=dpe, DV=Dv, BLOCK_D1=BLOCK_D1, BLOCK_DPE=BLOCK_DPE, BLOCK_DV=BLOCK_DV,
-            BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, PAGE_SIZE=page_size, V_FROM_K=v_from_k, E4M3_BITS=e4m3_bits,
+            BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, PAGE_SIZE=kpage, V_FROM_K=v_from_k, E4M3_BITS=e4m3_bits,
             num_warps=num_warps, num_stages=num_stages,
         )
 

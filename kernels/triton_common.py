@@ -7,7 +7,8 @@ Device side (@triton.jit, called from the kernels' own stage-1/stage-2 programs)
   merge_partials   stage 2: merge `count` partials, SPLIT_TILE of them per step
   stage2_row       merge_partials + sinks + zero-length rows + store of out / lse
 
-Host side (plain python): launch configs, GQA head tiling, cache addressing, fp8 operands.
+Host side (plain python): launch configs, fp8 operands; GQA head tiling, cache addressing and the
+window argument come from kv_layout (shared with the Lean kernel).
 
 Numerics: scores, softmax state and accumulators are fp32. fp8 K/V are upcast to the query
 dtype before the dot (never q down to fp8); k_scale is folded into the score scale and
@@ -21,8 +22,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-INT32_MAX = 2**31 - 1
-MIN_DOT = 16  # tl.dot needs every dimension >= 16
+from . import kv_layout
+from .kv_layout import INT32_MAX, MIN_DOT, NO_WINDOW, cache_addressing, next_pow2, visible_arg  # noqa: F401
+
 MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score tile)
 STAGE2_TILE_ELEMS = 8192  # the seed: a stage-2 tile holds at most 8192 fp32 elements
 STAGE2_MAX_TILE = 64  # ... and at most 64 splits
@@ -266,38 +268,9 @@ def stage2_row(
 # ----------------------------------------------------------------------------------------
 # host helpers
 # ----------------------------------------------------------------------------------------
-def next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
-
-
 def head_tiling(num_q_heads: int, num_kv_heads: int) -> dict:
-    """GQA tiling: each program handles `heads_per_tile` query heads of one KV head, padded
-    to BLOCK_H >= 16 rows. A group above MAX_HEADS_PER_TILE is cut into equal tiles."""
-    if num_q_heads % num_kv_heads:
-        raise ValueError(f"num_q_heads={num_q_heads} is not a multiple of num_kv_heads={num_kv_heads}")
-    group = num_q_heads // num_kv_heads
-    hpt = group
-    if group > MAX_HEADS_PER_TILE:
-        hpt = max(d for d in range(1, MAX_HEADS_PER_TILE + 1) if group % d == 0)
-    tiles_per_kv = group // hpt
-    return dict(group=group, heads_per_tile=hpt, tiles_per_kv=tiles_per_kv,
-                kv_head_tiles=num_kv_heads * tiles_per_kv, BLOCK_H=max(MIN_DOT, next_pow2(hpt)))
-
-
-def cache_addressing(cache) -> tuple[int, int, int, int, int]:
-    """(page_size, stride_page, stride_token, stride_head, stride_d) of a cache given as
-    [pages, page_size, Hkv, D] or [slots, Hkv, D]. When pages are evenly spaced, slots are
-    addressed directly (page_size 1, which Triton specialises away)."""
-    if cache.dim() == 3:
-        return 1, cache.stride(0), 0, cache.stride(1), cache.stride(2)
-    if cache.dim() != 4:
-        raise ValueError(f"KV cache: expected [pages, page_size, Hkv, D] or [slots, Hkv, D], got {tuple(cache.shape)}")
-    P = cache.shape[1]
-    if P == 1:  # a slot is a page
-        return 1, cache.stride(0), 0, cache.stride(2), cache.stride(3)
-    if cache.stride(0) == P * cache.stride(1):  # evenly spaced slots
-        return 1, cache.stride(1), 0, cache.stride(2), cache.stride(3)
-    return P, cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3)
+    """kv_layout.head_tiling with this kernel family's tile cap (MAX_HEADS_PER_TILE)."""
+    return kv_layout.head_tiling(num_q_heads, num_kv_heads, MAX_HEADS_PER_TILE)
 
 
 def head_dims(dk: int, dv: int) -> dict:
@@ -412,15 +385,6 @@ def kernel_config(device, dk: int, dv: int, share_kv: bool) -> dict:
     if device.type == "cpu":
         return dict(block_n=64, num_warps=4, num_stages=1)
     return gpu_config(dk, dv, share_kv, device_max_smem(device), is_hip=torch.version.hip is not None)
-
-
-def visible_arg(window) -> int:
-    """Keys visible to the query (the window counting the current token); INT32_MAX = all."""
-    if window is None:
-        return INT32_MAX
-    if int(window) < 1:
-        raise ValueError(f"window: expected None or >= 1 visible keys, got {window}")
-    return int(window)
 
 
 def check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks):
