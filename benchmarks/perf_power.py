@@ -24,6 +24,10 @@ with the per-cell threshold), run in-process to save the interpreter and compile
  6. cross-process: while time remains, whole `pytest suites/perf --perf-require-baseline`
     runs in fresh processes against the same baselines (false alarms across processes).
 
+`--host-load N` keeps N busy-looping processes on the host from the end of step 3 to the end
+of step 5: baselines recorded on a quiet host, then compared under load (run 6 of the H200
+record saw eager-timed cells move 5-20 % while correctness suites shared the host).
+
 Writes $OUT/power.json, $OUT/power.md and the baselines (at most 8 files with the shipped
 5 kernels); prints the summary table last. A kernel that fails is recorded and skipped; the
 run stops starting new work at --max-seconds.
@@ -31,6 +35,7 @@ run stops starting new work at --max-seconds.
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime
 import json
 import math
@@ -61,6 +66,8 @@ def parse_args(argv=None):
     ap.add_argument("--subprocess-runs", type=int, default=3,
                     help="whole pytest guard runs in fresh processes, if time remains (0: none)")
     ap.add_argument("--max-seconds", type=float, default=285.0, help="stop starting new work after this long")
+    ap.add_argument("--host-load", type=int, default=0, metavar="N",
+                    help="N busy-looping host processes during the null and planted runs (not the recording)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--fake", action="store_true",
                     help="CPU dry run of the bookkeeping with perf_guard.FakeTiming (no GPU; numbers are synthetic)")
@@ -283,6 +290,10 @@ def main(argv=None) -> int:
         return run.outcome(kp)
 
     # 4. null runs ------------------------------------------------------------------------------------
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(0, args.host_load))]
+    atexit.register(lambda: [b.kill() for b in burners])
+    if burners:
+        say(f"host load: {len(burners)} busy processes from here to the end of the planted runs")
     planted_reserve = lambda per_rep: (args.planted_reps + 1) * per_rep + 15  # noqa: E731
     per_rep = None
     n_done = 0
@@ -358,6 +369,10 @@ def main(argv=None) -> int:
     del planter, plant_src
     if not args.fake:
         torch.cuda.empty_cache()
+
+    for b in burners:
+        b.kill()
+        b.wait()
 
     # 6. whole pytest runs in fresh processes --------------------------------------------------------
     res["subprocess_runs"] = []

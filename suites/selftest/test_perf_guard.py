@@ -125,6 +125,45 @@ def test_planted_slowdown_fails_where_noise_allows(tmp_path, kp, cells):
                 assert v.message.startswith("SLOWER") and "MB moved" in v.message and "TB/s" in v.message
 
 
+# An eagerly launched kernel on a host that other work loads (seen on the H200 in run 6: the
+# pure-torch kernel's cells moved 5-20 % while correctness suites ran beside the guard): every
+# host delay adds time to a sample, never removes it. Recorded quiet (10 % of samples delayed),
+# compared loaded (half of them delayed by 30 % of the cell's time on average).
+QUIET = dict(eager=True, host_delay_p=0.10, host_delay=0.3)
+LOADED = dict(eager=True, host_delay_p=0.5, host_delay=0.3)
+
+
+def test_eager_cells_do_not_cry_wolf_on_a_loaded_host(tmp_path, kp, cells):
+    _record(tmp_path, kp, cells, **QUIET)
+    verdicts = [v for seed in range(10) for v in _run(tmp_path, pg.FakeTiming(seed=seed, **LOADED), cells)
+                .outcome(kp).values()]
+    assert sum(v.fail for v in verdicts) <= 0.01 * len(verdicts), [v.message for v in verdicts if v.fail]
+
+
+def test_eager_cells_with_the_median_statistic_would_cry_wolf(tmp_path, kp, cells, monkeypatch):
+    # the same experiment with the graph statistic on eager cells: the check above can fail
+    # (measured with this model: 12 of 70 comparisons fail with the median, 0 with the 10th percentile)
+    monkeypatch.setattr(pg, "EAGER_BLOCK_QUANTILE", None)
+    _record(tmp_path, kp, cells, **QUIET)
+    verdicts = [v for seed in range(10) for v in _run(tmp_path, pg.FakeTiming(seed=seed, **LOADED), cells)
+                .outcome(kp).values()]
+    assert sum(v.fail for v in verdicts) >= 5
+
+
+def test_eager_cells_still_catch_a_slowdown_on_a_loaded_host(tmp_path, kp, cells):
+    _record(tmp_path, kp, cells, **QUIET)
+    for seed in range(3):
+        out = _run(tmp_path, pg.FakeTiming(seed=seed, slowdown=0.05, **LOADED), cells).outcome(kp)
+        long_cells = [v for v in out.values() if v.catches <= 0.05]
+        assert long_cells and all(v.status == "slower" for v in long_cells), [v.message for v in long_cells]
+
+
+def test_block_quantile():
+    assert pg.block_quantile([5, 1, 3, 2, 4], 0.0) == 1 and pg.block_quantile([5, 1, 3, 2, 4], 1.0) == 5
+    assert pg.block_quantile([1, 2, 3, 4, 5], 0.2) == pytest.approx(1.8)
+    assert pg.block_quantile([1, 2, 3, 4, 5], 0.5) == statistics.median([1, 2, 3, 4, 5])
+
+
 def test_speedup_is_reported_not_failed(tmp_path, kp, cells):
     _record(tmp_path, kp, cells)
     out = _run(tmp_path, pg.FakeTiming(seed=5, slowdown=-0.10), cells).outcome(kp)
