@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The closing GPU record of this commit on one H200 (nvidia-h200: 16 CPU cores), in two calls
+# that each fit the device tool's 10-minute limit:
+#   OUT=$OUT bash benchmarks/h200_close.sh correctness
+#     1. the main job, exactly as README gives it, twice, each cold (its own empty Triton cache);
+#     2. the gpu-profile kill-map rows of the two int32-offset mutants (2^31-element pools);
+#     3. the kernel table of issue #11 (graph replay, L2 flushed before every replay).
+#   OUT=$OUT bash benchmarks/h200_close.sh perf
+#     4. the perf guard's power: fresh baselines on a quiet host, then 20 null and 5 planted
+#        guard runs with 12 busy processes loading the host (perf_power.py --host-load 12);
+#     5. the Lean and split-K sweeps.
+# $OUT gets session.log (each step's command, tail, exit code, seconds) and results.tgz.
+set -u
+MODE=${1:?usage: h200_close.sh correctness|perf}
+OUT=${OUT:-results}; mkdir -p "$OUT"; export PYTHONUNBUFFERED=1
+RES=/tmp/res; mkdir -p "$RES"
+LOG="$OUT/session.log"
+step() {  # step NAME LIMIT_S CMD...
+  local name=$1 limit=$2; shift 2
+  echo "=== $name (limit ${limit}s): $*" >> "$LOG"
+  local s; s=$(date +%s%N)
+  timeout "$limit" "$@" > "$RES/$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$RES/$name.log" >> "$LOG"
+  echo "=== $name: rc=$rc, $(( ($(date +%s%N) - s) / 1000000 )) ms" >> "$LOG"
+}
+{ date -u; cat COMMIT 2>/dev/null
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+  echo "cpus $(nproc)"; } > "$LOG" 2>&1
+if [ "$MODE" = correctness ]; then
+  for run in 1 2; do
+    export TRITON_CACHE_DIR=/tmp/triton-cold-$run
+    step "main-job-cold-$run" 150 python3 -m pytest suites/parity -n auto -p no:cacheprovider -q -rfE \
+        --durations=15 --conformance-report="$RES/parity-$run"
+    echo "compiled variants: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" >> "$LOG"
+  done
+  unset TRITON_CACHE_DIR
+  step gpu-kill-map-rows 190 python3 ci/mutation.py --profile gpu --device cuda --jobs 2 \
+      --only tc_int32_slot_offset lean_int32_slot_offset
+  cp fixtures/kill_map.json "$RES/kill_map_gpu.json"
+  step table 110 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 95
+else
+  step perf-power 360 python3 benchmarks/perf_power.py --out "$RES/perf" --reps 20 --planted-reps 5 \
+      --host-load 12 --max-seconds 330
+  step lean-sweep 60 python3 benchmarks/sweep.py lean --out "$RES" --reps 20 --max-seconds 45
+  step split-sweep 130 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 110
+fi
+tar czf "$OUT/results.tgz" -C "$RES" .
+cat "$LOG"
