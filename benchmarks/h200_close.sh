@@ -3,15 +3,16 @@
 # that each fit the device tool's 10-minute limit:
 #   OUT=$OUT bash benchmarks/h200_close.sh correctness
 #     1. the main job, exactly as README gives it, twice, each cold (its own empty Triton cache);
-#     2. the gpu-profile kill-map rows of the two int32-offset mutants (2^31-element pools);
-#     3. the kernel table of issue #11 (graph replay, L2 flushed before every replay).
+#     2. the kernel table of issue #11 (graph replay, L2 flushed before every replay).
 #   OUT=$OUT bash benchmarks/h200_close.sh perf
-#     4. the perf guard's power: fresh baselines on a quiet host, then 20 null and 5 planted
+#     3. the perf guard's power: fresh baselines on a quiet host, then 20 null and 5 planted
 #        guard runs with 12 busy processes loading the host (perf_power.py --host-load 12);
+#     4. the gpu-profile kill-map rows of the two int32-offset mutants (2^31-element pools);
+#   OUT=$OUT bash benchmarks/h200_close.sh sweeps
 #     5. the Lean and split-K sweeps.
 # $OUT gets session.log (each step's command, tail, exit code, seconds) and results.tgz.
 set -u
-MODE=${1:?usage: h200_close.sh correctness|perf}
+MODE=${1:?usage: h200_close.sh correctness|perf|sweeps}
 OUT=${OUT:-results}; mkdir -p "$OUT"; export PYTHONUNBUFFERED=1
 RES=/tmp/res; mkdir -p "$RES"
 LOG="$OUT/session.log"
@@ -36,15 +37,16 @@ if [ "$MODE" = correctness ]; then
     echo "compiled variants: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" >> "$LOG"
   done
   unset TRITON_CACHE_DIR
-  step gpu-kill-map-rows 190 python3 ci/mutation.py --profile gpu --device cuda --jobs 2 \
+  step table 110 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 95
+elif [ "$MODE" = perf ]; then
+  step perf-power 330 python3 benchmarks/perf_power.py --out "$RES/perf" --reps 20 --planted-reps 5 \
+      --host-load 12 --max-seconds 300
+  step gpu-kill-map-rows 250 python3 ci/mutation.py --profile gpu --device cuda --jobs 2 \
       --only tc_int32_slot_offset lean_int32_slot_offset
   cp fixtures/kill_map.json "$RES/kill_map_gpu.json"
-  step table 110 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 95
 else
-  step perf-power 360 python3 benchmarks/perf_power.py --out "$RES/perf" --reps 20 --planted-reps 5 \
-      --host-load 12 --max-seconds 330
   step lean-sweep 60 python3 benchmarks/sweep.py lean --out "$RES" --reps 20 --max-seconds 45
-  step split-sweep 130 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 110
+  step split-sweep 200 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 180
 fi
 tar czf "$OUT/results.tgz" -C "$RES" .
 cat "$LOG"
