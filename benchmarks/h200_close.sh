@@ -9,7 +9,8 @@
 #        guard runs with 12 busy processes loading the host (perf_power.py --host-load 12);
 #     4. the gpu-profile kill-map rows of the two int32-offset mutants (2^31-element pools);
 #   OUT=$OUT bash benchmarks/h200_close.sh sweeps
-#     5. the Lean and split-K sweeps.
+#     5. the perf guard's power again on a quiet host (the CI perf shard's condition);
+#     6. the Lean and split-K sweeps.
 # $OUT gets session.log (each step's command, tail, exit code, seconds) and results.tgz.
 set -u
 MODE=${1:?usage: h200_close.sh correctness|perf|sweeps}
@@ -45,6 +46,8 @@ elif [ "$MODE" = perf ]; then
       --only tc_int32_slot_offset lean_int32_slot_offset
   cp fixtures/kill_map.json "$RES/kill_map_gpu.json"
 else
+  step perf-power-quiet 250 python3 benchmarks/perf_power.py --out "$RES/perf-quiet" --reps 20 --planted-reps 5 \
+      --subprocess-runs 0 --max-seconds 220
   step lean-sweep 60 python3 benchmarks/sweep.py lean --out "$RES" --reps 20 --max-seconds 45
   step split-sweep 200 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 180
 fi
