@@ -58,6 +58,7 @@ class GateRow:
     # (Lean balances unequal requests; split-K's per-request chunks leave SMs idle). 0 = off.
     ragged_min_batch: int = 0
     ragged_ratio: float = 0.0
+    mla_ragged_ratio: float = 0.0  # the same rule for MLA (no head-tile floor), its own ratio; 0 = off
 
 
 _INT_FIELDS = ("len_floor", "mla_min_batch", "mla_len_floor", "capture_min_batch", "capture_min_tiles",
@@ -71,7 +72,7 @@ def _row(name: str, d: Mapping, where: str) -> GateRow:
         return d[key]
 
     unknown = set(d) - set(_INT_FIELDS) - {"enabled", "provisional", "note", "tiers", "ragged_min_batch",
-                                           "ragged_ratio"}
+                                           "ragged_ratio", "mla_ragged_ratio"}
     if unknown:
         raise ValueError(f"{where}: class {name!r} has unknown keys {sorted(unknown)}")
     ints = {}
@@ -91,17 +92,20 @@ def _row(name: str, d: Mapping, where: str) -> GateRow:
         tiers.append(tier)
     if not tiers or tiers[-1].min_tiles != 0 or any(a.min_tiles <= b.min_tiles for a, b in zip(tiers, tiers[1:])):
         raise ValueError(f"{where}: {name}.tiers must be in strictly decreasing min_tiles ending at 0")
-    ragged_min_batch, ragged_ratio = d.get("ragged_min_batch", 0), d.get("ragged_ratio", 0.0)
+    ragged_min_batch = d.get("ragged_min_batch", 0)
     if not isinstance(ragged_min_batch, int) or isinstance(ragged_min_batch, bool) or ragged_min_batch < 0:
         raise ValueError(f"{where}: {name}.ragged_min_batch must be an int >= 0, got {ragged_min_batch!r}")
-    if not isinstance(ragged_ratio, (int, float)) or isinstance(ragged_ratio, bool) or not (
-            ragged_ratio == 0 or ragged_ratio >= 1):
-        raise ValueError(f"{where}: {name}.ragged_ratio must be 0 (off) or a number >= 1, got {ragged_ratio!r}")
+    ratios = {}
+    for key in ("ragged_ratio", "mla_ragged_ratio"):
+        v = d.get(key, 0.0)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not (v == 0 or v >= 1):
+            raise ValueError(f"{where}: {name}.{key} must be 0 (off) or a number >= 1, got {v!r}")
+        ratios[key] = float(v)
     enabled, provisional = need("enabled"), d.get("provisional", False)
     if not isinstance(enabled, bool) or not isinstance(provisional, bool):
         raise ValueError(f"{where}: {name}.enabled / provisional must be booleans")
     return GateRow(name=name, enabled=enabled, provisional=provisional, note=str(d.get("note", "")),
-                   tiers=tuple(tiers), ragged_min_batch=ragged_min_batch, ragged_ratio=float(ragged_ratio), **ints)
+                   tiers=tuple(tiers), ragged_min_batch=ragged_min_batch, **ratios, **ints)
 
 
 def _parse(data: Mapping, where: str) -> dict[str, GateRow]:
@@ -176,12 +180,20 @@ def eager_gate(batch: int, seq_lens_sum: Optional[int], num_q_heads: int, kv_gro
         return False
     avg_len = seq_lens_sum / batch
     if is_mla:
-        return batch >= row.mla_min_batch and avg_len >= row.mla_len_floor
+        if batch >= row.mla_min_batch and avg_len >= row.mla_len_floor:
+            return True
+        return _ragged(row, row.mla_ragged_ratio, batch, avg_len, max_len, row.mla_len_floor)
     if avg_len >= eager_threshold(batch, num_q_heads, kv_group, row):
         return True
-    return (row.ragged_min_batch > 0 and max_len is not None and batch >= row.ragged_min_batch
-            and head_tiles(num_q_heads, kv_group) >= row.capture_min_tiles and avg_len >= row.len_floor
-            and max_len >= row.ragged_ratio * avg_len)
+    return (head_tiles(num_q_heads, kv_group) >= row.capture_min_tiles
+            and _ragged(row, row.ragged_ratio, batch, avg_len, max_len, row.len_floor))
+
+
+def _ragged(row: GateRow, ratio: float, batch: int, avg_len: float, max_len: Optional[int], floor: int) -> bool:
+    """The ragged rule: a batch of at least ragged_min_batch whose longest request is at least
+    `ratio` x the average (0 = rule off; max_len None = unknown, off)."""
+    return (ratio > 0 and row.ragged_min_batch > 0 and max_len is not None and batch >= row.ragged_min_batch
+            and avg_len >= floor and max_len >= ratio * avg_len)
 
 
 def capture_policy(batch: int, num_q_heads: int, kv_group: int, is_mla: bool = False,

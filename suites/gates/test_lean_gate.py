@@ -70,13 +70,15 @@ def _row_dict(**over):
     ({"default": _row_dict(enabled=False, ragged_ratio=0.5)}, "ragged_ratio"),
     ({"default": _row_dict(enabled=False, ragged_ratio=True)}, "ragged_ratio"),
     ({"default": _row_dict(enabled=False, ragged_min_batch=-1)}, "ragged_min_batch"),
+    ({"default": _row_dict(enabled=False, mla_ragged_ratio=0.9)}, "mla_ragged_ratio"),
 ])
 def test_table_validation(bad, match):
     with pytest.raises(ValueError, match=match):
         lean_gate.load_table(bad)
 
 
-# ----- the ragged rule (sm_90 row: batch >= 8, >= 4 head tiles, longest >= 1.2 x average) -------
+# ----- the ragged rule (sm_90 row: batch >= 8; GQA with >= 4 head tiles and longest >= 1.2 x
+# average; MLA with longest >= 1.5 x average) ----------------------------------------------------
 @pytest.mark.parametrize("batch, hq, group, avg, longest, on", [
     (16, 32, 4, 10000, 13000, True),  # 1.3x ragged, 8 tiles
     (16, 32, 4, 10000, 11000, False),  # 1.1x: uniform enough, split-K
@@ -85,7 +87,9 @@ def test_table_validation(bad, match):
     (8, 28, 7, 10000, 12000, True),  # 4 tiles, exactly 1.2x
     (16, 8, 4, 10000, 13000, False),  # 2 tiles: not measured, never on
     (16, 32, 4, 4000, 8000, False),  # average under the 4096 floor
-    (16, 128, 128, 10000, 13000, False),  # MLA-shaped call with is_mla: never on sm_90 (below)
+    (16, 128, 128, 10000, 13000, False),  # MLA (group 128 below): 1.3x is under its own ratio, 1.5
+    (16, 128, 128, 10000, 16000, True),  # MLA at 1.6x
+    (4, 128, 128, 10000, 16000, False),  # MLA below batch 8
 ])
 def test_sm90_ragged_rule(batch, hq, group, avg, longest, on):
     mla = group == 128
