@@ -22,7 +22,8 @@ def test_slot_count_from_total_memory(total_gib, slots):
     assert device_memory.slot_count(int(total_gib * GiB)) == slots
 
 
-def _hold(lock_factory, log, hold_s):
+def _hold(lock_factory, log, hold_s, barrier):
+    barrier.wait(60)  # every holder contends at once, however long its process took to start
     with lock_factory():
         t0 = time.time()
         time.sleep(hold_s)
@@ -55,13 +56,14 @@ def _max_overlap(log) -> int:
     return peak
 
 
-def _run_holders(factory, log, n=4, hold_s=0.4):
+def _run_holders(factory, log, n=4, hold_s=1.0):
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_hold, args=(factory, str(log), hold_s)) for _ in range(n)]
+    barrier = ctx.Barrier(n)
+    procs = [ctx.Process(target=_hold, args=(factory, str(log), hold_s, barrier)) for _ in range(n)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(30)
+        p.join(90)
         assert p.exitcode == 0
     return _max_overlap(log)
 
