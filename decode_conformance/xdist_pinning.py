@@ -14,9 +14,10 @@ import pathlib
 
 from . import hardware
 
-# Cold, the main job is Triton compiling ~460 kernel variants: on one 16-core H200, 8 workers
-# took 56-66 s, 12 took 45 s, 16 took 42 s but left too little device memory per worker to keep
-# the 8 GB overflow cases (docs/gpu-runs/2026-11-30-h200-cold/). device_memory bounds the rest.
+# Cold, the main job is Triton compiling ~455 kernel variants: on one 16-core H200, 8 workers
+# took 56-73 s, 12 take 51-58 s, 16 were 3 s faster than 12 but left too little device memory
+# per worker for the 8 GB overflow cases (docs/gpu-runs/2026-11-30-h200-cold/). device_memory
+# keeps the 12 within the GPU's memory.
 WORKERS_PER_GPU = 12
 WORKERS_PER_GPU_ENV = "DECODE_CONFORMANCE_WORKERS_PER_GPU"
 
