@@ -80,8 +80,8 @@ def _lock_dir() -> pathlib.Path:
     """One directory per physical GPU: workers pinned to it share its slots."""
     from . import hardware
     gpu = os.environ.get(hardware.visible_devices_var(), "") or "all"
-    user = str(os.getuid()) if hasattr(os, "getuid") else "user"
-    return pathlib.Path(tempfile.gettempdir()) / f"decode-conformance-{user}" / f"gpu-{re.sub(r'[^0-9A-Za-z_-]', '_', gpu)}"
+    return (pathlib.Path(tempfile.gettempdir()) / f"decode-conformance-{os.getuid()}"
+            / f"gpu-{re.sub(r'[^0-9A-Za-z_-]', '_', gpu)}")
 
 
 @contextlib.contextmanager
@@ -93,7 +93,7 @@ def case_on_shared_gpu(case, device: str, workers: int):
         return
     from .memory import case_bytes
     slot = contextlib.nullcontext()
-    if workers > 1 and case_bytes(case) >= HEAVY_CASE_BYTES and hasattr(os, "getuid"):
+    if workers > 1 and case_bytes(case) >= HEAVY_CASE_BYTES and hasattr(os, "getuid"):  # POSIX: file locks
         import torch
         slot = SlotLock(_lock_dir(), slot_count(torch.cuda.get_device_properties(torch.device(device)).total_memory))
     with slot:

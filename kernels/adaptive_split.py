@@ -25,7 +25,7 @@ import triton.language as tl
 from decode_conformance.kernel_api import Capabilities
 from decode_conformance.reference import FP8_Q_AND_P
 
-from . import split_rule
+from . import kv_layout, split_rule
 from . import triton_common as tc
 
 
@@ -299,7 +299,7 @@ class AdaptiveSplitKernel:
         # keeps the whole budget: a graph captured from this plan may replay longer requests.
         max_visible = None
         if batch.device.type == "cpu":
-            max_visible = max((min(n, batch.window) if batch.window else n for n in batch.seq_lens_host), default=0)
+            max_visible = max(kv_layout.visible_lengths(batch.seq_lens_host, batch.window), default=0)
         block = self.block_n or tc.kernel_config(batch.device, batch.head_dim, batch.v_head_dim, False)["block_n"]
         grid_chunks = S if max_visible is None else max(1, split_rule.chunk_count_for_cap(max_visible, S,
                                                                                             self.min_chunk, block))

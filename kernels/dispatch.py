@@ -22,7 +22,7 @@ import torch
 
 from decode_conformance.kernel_api import Capabilities
 
-from . import lean_gate
+from . import kv_layout, lean_gate
 
 DISABLE_ENV = "DECODE_CONFORMANCE_DISABLE_LEAN"
 LEAN, SPLIT = "lean", "split"
@@ -86,16 +86,12 @@ def _capturing(device) -> bool:
     return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def _visible(lengths, window: Optional[int]) -> list[int]:
-    return [min(int(n), window) if window else int(n) for n in lengths]
-
-
-def _visible_sum(lengths, window: Optional[int]) -> int:
-    return sum(_visible(lengths, window))
-
-
-def _visible_max(lengths, window: Optional[int]) -> int:
-    return max(_visible(lengths, window), default=0)
+def _gate_lengths(lengths, window: Optional[int]) -> dict:
+    """The eager gate's length arguments (sum and longest of the visible lengths), or unknown."""
+    if lengths is None:
+        return dict(seq_lens_sum=None, max_len=None)
+    vis = kv_layout.visible_lengths(lengths, window)
+    return dict(seq_lens_sum=sum(vis), max_len=max(vis, default=0))
 
 
 def decode(q, k_cache, v_cache, kv_indptr, kv_indices, out, *, sm_scale: float, lse=None,
@@ -119,8 +115,7 @@ def decode(q, k_cache, v_cache, kv_indptr, kv_indices, out, *, sm_scale: float, 
         lengths = (kv_indptr[1:B + 1] - kv_indptr[:B]).tolist()
     path = choose_path(
         batch=B, num_q_heads=Hq, kv_group=Hq // Hkv,
-        seq_lens_sum=None if lengths is None else _visible_sum(lengths, window),
-        max_len=None if lengths is None else _visible_max(lengths, window),
+        **_gate_lengths(lengths, window),
         is_mla=k_cache.shape[-1] != v_cache.shape[-1], enable_lean=enable_lean, softcap=softcap,
         sinks=sinks is not None, capturing=_capturing(q.device),
         gpu_class=gpu_class if gpu_class is not None else gpu_class_of(q.device), table=table)
@@ -181,8 +176,7 @@ class DispatchKernel:
             None if batch.window is None else batch.window + 1)
         return choose_path(
             batch=batch.batch_size, num_q_heads=batch.num_q_heads, kv_group=batch.group,
-            seq_lens_sum=_visible_sum(batch.seq_lens_host, visible),
-            max_len=_visible_max(batch.seq_lens_host, visible), is_mla=batch.v_from_k,
+            **_gate_lengths(batch.seq_lens_host, visible), is_mla=batch.v_from_k,
             enable_lean=self.enable_lean, softcap=batch.softcap, sinks=batch.sinks is not None,
             num_splits=batch.num_splits, capturing=_capturing(batch.device),
             gpu_class=self.gpu_class if self.gpu_class is not None else gpu_class_of(batch.device),

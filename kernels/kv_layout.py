@@ -27,6 +27,11 @@ def visible_arg(window) -> int:
     return int(window)
 
 
+def visible_lengths(lengths, window) -> list[int]:
+    """Keys each request's query sees (host lengths; window counts the current token, None = all)."""
+    return [min(int(n), window) if window else int(n) for n in lengths]
+
+
 def head_tiling(num_q_heads: int, num_kv_heads: int, max_heads_per_tile: int) -> dict:
     """GQA head tiling: each program handles `heads_per_tile` query heads of one KV head (so one
     K/V load serves all of them), padded to BLOCK_H >= 16 rows for tl.dot. A group larger than
@@ -58,3 +63,13 @@ def cache_addressing(cache) -> tuple[int, int, int, int, int]:
     if cache.stride(0) == P * cache.stride(1):  # evenly spaced slots
         return 1, cache.stride(1), 0, cache.stride(2), cache.stride(3)
     return P, cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3)
+
+
+def pair_addressing(k_cache, v_cache) -> tuple[int, tuple, tuple]:
+    """(page_size, K strides, V strides), strides as (page, token, head, d): K and V addressed by
+    one page size, or ValueError."""
+    kpage, *k_strides = cache_addressing(k_cache)
+    vpage, *v_strides = cache_addressing(v_cache)
+    if kpage != vpage:
+        raise ValueError("k_cache and v_cache must share a page size")
+    return kpage, tuple(k_strides), tuple(v_strides)

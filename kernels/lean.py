@@ -350,10 +350,7 @@ def plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, *, sm_scale:
         raise ValueError(f"cache page dim {k_cache.shape[1]} != page_size {page_size}")
     if k_cache.dim() == 3 and page_size != 1:
         raise ValueError("a 3-D [slots, H, D] cache needs page_size 1")
-    kpage, ksp, kss, ksh, ksd = kv_layout.cache_addressing(k_cache)
-    vpage, vsp, vss, vsh, vsd = kv_layout.cache_addressing(v_cache)
-    if kpage != vpage:
-        raise ValueError("k_cache and v_cache must share a page size")
+    kpage, (ksp, kss, ksh, ksd), (vsp, vss, vsh, vsd) = kv_layout.pair_addressing(k_cache, v_cache)
     BLOCK_D1, BLOCK_DV = _pow2(d1), _pow2(Dv)
     BLOCK_DPE = _pow2(dpe) if dpe else 0
     v_from_k = (v_cache.data_ptr() == k_cache.data_ptr() and (vsp, vss, vsh, vsd) == (ksp, kss, ksh, ksd)

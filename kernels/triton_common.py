@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from . import kv_layout
-from .kv_layout import INT32_MAX, MIN_DOT, NO_WINDOW, cache_addressing, next_pow2, visible_arg  # noqa: F401
+from .kv_layout import MIN_DOT, cache_addressing, next_pow2, visible_arg  # noqa: F401 (visible_arg: the kernels' tc.visible_arg)
 
 MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score tile)
 STAGE2_TILE_ELEMS = 8192  # the seed: a stage-2 tile holds at most 8192 fp32 elements
@@ -432,10 +432,7 @@ def split_k_setup(q, k_cache, v_cache, splits: int, partials, partial_lse, block
     B, Hq, Dk = q.shape
     Hkv, Dv = k_cache.shape[-2], v_cache.shape[-1]
     dims = head_dims(Dk, Dv)
-    kpage, kp, kt, kh, kd = cache_addressing(k_cache)
-    vpage, vp, vt, vh, vd = cache_addressing(v_cache)
-    if kpage != vpage:
-        raise ValueError("k_cache and v_cache must share a page size")
+    page_size, k_strides, v_strides = kv_layout.pair_addressing(k_cache, v_cache)
     share_kv = shares_kv(k_cache, v_cache, dims)
     k_arg, e4m3_bits = kv_operand(k_cache)
     v_arg, _ = kv_operand(v_cache)
@@ -446,6 +443,6 @@ def split_k_setup(q, k_cache, v_cache, splits: int, partials, partial_lse, block
     if num_stages:
         cfg["num_stages"] = num_stages
     return types.SimpleNamespace(
-        partials=partials, partial_lse=partial_lse, tiling=head_tiling(Hq, Hkv), dims=dims, page_size=kpage,
-        k_strides=(kp, kt, kh, kd), v_strides=(vp, vt, vh, vd), share_kv=share_kv, k_arg=k_arg, v_arg=v_arg,
+        partials=partials, partial_lse=partial_lse, tiling=head_tiling(Hq, Hkv), dims=dims, page_size=page_size,
+        k_strides=k_strides, v_strides=v_strides, share_kv=share_kv, k_arg=k_arg, v_arg=v_arg,
         e4m3_bits=e4m3_bits, block_n=block_n or default_block_n, cfg=cfg)

@@ -111,7 +111,7 @@ def test_dispatch_passes_the_longest_visible_length():
     assert dispatch.choose_path(seq_lens_sum=sum(lens), **shape) == "split"
     # a 4096-key window caps every request: uniform then, split-K
     vis = [min(n, 4096) for n in lens]
-    assert dispatch._visible_max(lens, 4096) == 4096 and dispatch._visible_sum(lens, 4096) == sum(vis)
+    assert dispatch._gate_lengths(lens, 4096) == dict(seq_lens_sum=sum(vis), max_len=4096)
 
 
 def test_unknown_class_uses_default_row():
