@@ -68,7 +68,7 @@ def device_request_caps(lengths, totals, grid: int, occupancy: int):
 def chunk_bounds_device(i, n, length, BLOCK: tl.constexpr):
     """Mirror of split_rule.chunk_bounds (int64: i * nblocks cannot overflow). Needs n >= 1."""
     nblocks = ((length + BLOCK - 1) // BLOCK).to(tl.int64)
-    i64 = i.to(tl.int64)
+    i64 = tl.cast(i, tl.int64)  # (a python int under the interpreter: the loop index of stage 1)
     start = (i64 * nblocks // n) * BLOCK
     end = ((i64 + 1) * nblocks // n) * BLOCK
     return tl.minimum(start, length).to(tl.int32), tl.minimum(end, length).to(tl.int32)
@@ -116,6 +116,9 @@ def _adaptive_stage1(
     page_size, kv_indptr, kv_indices,
     Part, stride_pb, stride_ph, stride_ps,
     PartLse, stride_lb, stride_lh,
+    Out, stride_ob, stride_oh, stride_od,
+    Lse, stride_lseb, stride_lseh,
+    Sinks, v_scale,
     group, heads_per_tile, tiles_per_kv,
     qk_scale, softcap, visible, grid, occupancy, B,
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
@@ -123,6 +126,7 @@ def _adaptive_stage1(
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
     SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
     MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, FP8_MMA: tl.constexpr,
+    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr,
 ):
     b = tl.program_id(0)
     tile = tl.program_id(1)
@@ -133,19 +137,38 @@ def _adaptive_stage1(
     L_vis = L - vis_start
     total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
     n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
-    if chunk < n:
-        c0, c1 = chunk_bounds_device(chunk, n, L_vis, CHUNK_BLOCK)
-        tc.stage1_store(
-            b, tile, chunk, vis_start + c0, vis_start + c1,
-            Q, stride_qb, stride_qh, stride_qd,
-            K, stride_kp, stride_kt, stride_kh, stride_kd,
-            V, stride_vp, stride_vt, stride_vh, stride_vd,
-            page_size, kv_indices + lo.to(tl.int64),
-            Part, stride_pb, stride_ph, stride_ps,
-            PartLse, stride_lb, stride_lh,
-            group, heads_per_tile, tiles_per_kv, qk_scale, softcap,
-            D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS,
-            FP8_MMA)
+    if n <= 1:
+        # one chunk (or none): finished here, out and lse written directly; stage 2 skips the row
+        if chunk == 0:
+            tc.stage1_finish(
+                b, tile, vis_start, L,
+                Q, stride_qb, stride_qh, stride_qd,
+                K, stride_kp, stride_kt, stride_kh, stride_kd,
+                V, stride_vp, stride_vt, stride_vh, stride_vd,
+                page_size, kv_indices + lo.to(tl.int64),
+                Out, stride_ob, stride_oh, stride_od,
+                Lse, stride_lseb, stride_lseh,
+                Sinks, v_scale,
+                group, heads_per_tile, tiles_per_kv, qk_scale, softcap,
+                D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV,
+                E4M3_BITS, FP8_MMA, HAS_SINKS, STORE_LSE)
+    else:
+        # The launch's chunk axis may be shorter than n (an eager grid sized from host lengths
+        # that the device lengths outgrew): each program takes every num_programs(2)-th chunk,
+        # so any grid computes every chunk and the partition never depends on the grid.
+        for c in range(chunk, n, tl.num_programs(2)):
+            c0, c1 = chunk_bounds_device(c, n, L_vis, CHUNK_BLOCK)
+            tc.stage1_store(
+                b, tile, c, vis_start + c0, vis_start + c1,
+                Q, stride_qb, stride_qh, stride_qd,
+                K, stride_kp, stride_kt, stride_kh, stride_kd,
+                V, stride_vp, stride_vt, stride_vh, stride_vd,
+                page_size, kv_indices + lo.to(tl.int64),
+                Part, stride_pb, stride_ph, stride_ps,
+                PartLse, stride_lb, stride_lh,
+                group, heads_per_tile, tiles_per_kv, qk_scale, softcap,
+                D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS,
+                FP8_MMA)
 
 
 @triton.jit
@@ -156,7 +179,7 @@ def _adaptive_stage2(
     Out, stride_ob, stride_oh, stride_od,
     Lse, stride_lseb, stride_lseh,
     Sinks, v_scale,
-    DV: tl.constexpr, SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr,
+    DV: tl.constexpr, SPLIT_TILE: tl.constexpr, SLICE_DV: tl.constexpr,
     HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr,
     MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr,
 ):
@@ -166,12 +189,13 @@ def _adaptive_stage2(
     L_vis = L - tl.maximum(L - visible, 0)
     total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
     n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
-    tc.stage2_row(b, h, n,
-                  Part, stride_pb, stride_ph, stride_ps,
-                  PartLse, stride_lb, stride_lh,
-                  Out, stride_ob, stride_oh, stride_od,
-                  Lse, stride_lseb, stride_lseh,
-                  Sinks, v_scale, DV, SPLIT_TILE, BLOCK_DV, HAS_SINKS, STORE_LSE)
+    if n >= 2:  # rows of 0 or 1 chunk were finished in stage 1
+        tc.stage2_row(b, h, n, tl.program_id(2) * SLICE_DV,
+                      Part, stride_pb, stride_ph, stride_ps,
+                      PartLse, stride_lb, stride_lh,
+                      Out, stride_ob, stride_oh, stride_od,
+                      Lse, stride_lseb, stride_lseh,
+                      Sinks, v_scale, DV, SPLIT_TILE, SLICE_DV, HAS_SINKS, STORE_LSE)
 
 
 def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None, num_sms: Optional[int] = None,
@@ -199,21 +223,26 @@ def decode_attention_adaptive(
     min_chunk: int = split_rule.MIN_CHUNK,
     partials: Optional[torch.Tensor] = None, partial_lse: Optional[torch.Tensor] = None,
     block_n: Optional[int] = None, num_warps: Optional[int] = None, num_stages: Optional[int] = None,
-    fp8_mma: bool = False, max_visible: Optional[int] = None,
+    fp8_mma: bool = False, max_visible: Optional[int] = None, stage2_slices: Optional[int] = None,
 ) -> None:
     """Adaptive split-K decode attention; same tensors as `fixed_split.decode_attention_fixed`.
 
-    splits: the grid's split axis, the most chunks any request takes; default the chunk budget
-    of `plan_splits(B, Hq, Hkv, num_sms=..., max_splits=...)`. occupancy: the least cap of a
-    request (default the batch's occupancy count, at most `splits`). Keep both (and the scratch)
-    fixed across calls of one CUDA graph: the chunk counts follow the lengths on the device.
+    splits: the chunk budget, the most chunks any request takes; default that of
+    `plan_splits(B, Hq, Hkv, num_sms=..., max_splits=...)`. occupancy: the least cap of a
+    request (default the batch's occupancy count, at most `splits`). Keep both (and the scratch,
+    `workspace_shapes(B, Hq, Dv, splits)`) fixed across calls of one CUDA graph: the chunk
+    counts follow the lengths on the device.
     min_chunk: smallest chunk of the length rule.
     fp8_mma: on an fp8 cache, quantize q and P to the fp8 type and run both dots fp8 x fp8
     (faster MMAs, the precision tier "fp8-q-and-p"); needs sm_89+ / gfx942 / gfx950.
     max_visible: the longest visible request of every launch of this call's buffers, when the
-    caller knows it: the grid's chunk axis then stops at that request's chunk count (no
-    program past it could have work). Leave it unset for a launch captured in a CUDA graph
-    that is replayed with longer requests.
+    caller knows it. The grid's chunk axis then stops at that request's chunk count (a longer
+    request is still computed, by fewer programs), and when no request can take two chunks
+    (max_visible < 2 x min_chunk) stage 2 is not launched: every request is finished in
+    stage 1, so a longer request there would never be merged. Leave it unset for a launch
+    captured in a CUDA graph that is replayed with longer requests.
+    stage2_slices: stage-2 programs per (request, head), each merging a slice of the output
+    columns (default `tc.stage2_slices`).
     """
     B, Hq, Hkv, Dk, Dv = tc.check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks)
     if splits is None or occupancy is None:
@@ -225,17 +254,19 @@ def decode_attention_adaptive(
     occupancy = max(1, min(int(occupancy), S))
     if S < 1 or min_chunk < 1:
         raise ValueError(f"splits={splits} and min_chunk={min_chunk} must be >= 1")
-    grid_chunks = S
-    if max_visible is not None:  # no request takes more chunks than the longest one (counts grow with length)
-        block = block_n or tc.kernel_config(q.device, Dk, Dv, False)["block_n"]
-        grid_chunks = max(1, split_rule.chunk_count_for_cap(int(max_visible), S, min_chunk, block))
-    ctx = tc.split_k_setup(q, k_cache, v_cache, grid_chunks, partials, partial_lse, block_n, num_warps, num_stages,
-                           workspace_shapes(B, Hq, Dv, grid_chunks))
+    ctx = tc.split_k_setup(q, k_cache, v_cache, S, partials, partial_lse, block_n, num_warps, num_stages,
+                           workspace_shapes(B, Hq, Dv, S))
     partials, partial_lse, tiling, dims = ctx.partials, ctx.partial_lse, ctx.tiling, ctx.dims
     kpage, (kp, kt, kh, kd), (vp, vt, vh, vd) = ctx.page_size, ctx.k_strides, ctx.v_strides
     k_arg, v_arg, e4m3_bits, share_kv = ctx.k_arg, ctx.v_arg, ctx.e4m3_bits, ctx.share_kv
     block_n, cfg = ctx.block_n, ctx.cfg
+    grid_chunks, merge = S, True
+    if max_visible is not None:  # no request takes more chunks than the longest one (counts grow with length)
+        most = split_rule.chunk_count_for_cap(int(max_visible), S, min_chunk, block_n)
+        grid_chunks, merge = max(1, most), most >= 2
     visible = tc.visible_arg(window)
+    lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
+    sinks_t = sinks if sinks is not None else partial_lse
     _adaptive_stage1[(B, tiling["kv_head_tiles"], grid_chunks)](
         q, q.stride(0), q.stride(1), q.stride(2),
         k_arg, kp, kt, kh, kd,
@@ -243,25 +274,34 @@ def decode_attention_adaptive(
         kpage, kv_indptr, kv_indices,
         partials, partials.stride(0), partials.stride(1), partials.stride(2),
         partial_lse, partial_lse.stride(0), partial_lse.stride(1),
+        out, out.stride(0), out.stride(1), out.stride(2),
+        lse_t, lse_t.stride(0), lse_t.stride(1),
+        sinks_t, float(v_scale),
         tiling["group"], tiling["heads_per_tile"], tiling["tiles_per_kv"],
         float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, visible, S, occupancy, B,
         BLOCK_H=tiling["BLOCK_H"], BLOCK_N=block_n, SOFTCAP=bool(softcap),
         SHARE_KV=share_kv, E4M3_BITS=e4m3_bits,
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma),
+        HAS_SINKS=sinks is not None, STORE_LSE=lse is not None,
         **dims, **cfg)
-    tile = tc.split_tile(grid_chunks, dims["BLOCK_DV"])
-    lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
-    _adaptive_stage2[(B, Hq)](
+    if not merge:
+        return
+    slices = stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)
+    slice_dv = dims["BLOCK_DV"] // slices
+    # The merge tile follows the budget, not this launch's grid: an eager launch with a
+    # shortened grid merges in the same order as a graph replay of the full one (bitwise equal).
+    tile = tc.split_tile(S, slice_dv)
+    _adaptive_stage2[(B, Hq, slices)](
         kv_indptr, visible, S, occupancy, B,
         partials, partials.stride(0), partials.stride(1), partials.stride(2),
         partial_lse, partial_lse.stride(0), partial_lse.stride(1),
         out, out.stride(0), out.stride(1), out.stride(2),
         lse_t, lse_t.stride(0), lse_t.stride(1),
-        sinks if sinks is not None else partial_lse, float(v_scale),
-        DV=Dv, SPLIT_TILE=tile, BLOCK_DV=dims["BLOCK_DV"],
+        sinks_t, float(v_scale),
+        DV=Dv, SPLIT_TILE=tile, SLICE_DV=slice_dv,
         HAS_SINKS=sinks is not None, STORE_LSE=lse is not None,
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n,
-        num_warps=4 if tile * dims["BLOCK_DV"] <= 4096 else 8, num_stages=1)
+        num_warps=4 if tile * slice_dv <= 4096 else 8, num_stages=1)
 
 
 CAPS = Capabilities(
@@ -275,7 +315,7 @@ CAPS = Capabilities(
 
 
 class AdaptiveSplitKernel:
-    """Adapter for the suite. The grid's split axis is `split_rule.grid_splits` for the batch's
+    """Adapter for the suite. The chunk budget is `split_rule.grid_splits` for the batch's
     size, head tiling and the device's SM count; batch.num_splits, when set, caps it."""
 
     name = "adaptive_split"
@@ -294,27 +334,24 @@ class AdaptiveSplitKernel:
         cap = batch.num_splits or self.max_splits
         S, occ = plan_splits(batch.batch_size, batch.num_q_heads, batch.num_kv_heads, device=batch.device,
                              num_sms=self.num_sms, max_splits=cap, mla=batch.v_from_k)
-        # Under Triton's CPU interpreter programs run one after another and an empty one still
-        # costs ~20 ms, so the grid stops at the longest request's chunk count. On a GPU the grid
-        # keeps the whole budget: a graph captured from this plan may replay longer requests.
-        max_visible = None
-        if batch.device.type == "cpu":
-            max_visible = max(kv_layout.visible_lengths(batch.seq_lens_host, batch.window), default=0)
-        block = self.block_n or tc.kernel_config(batch.device, batch.head_dim, batch.v_head_dim, False)["block_n"]
-        grid_chunks = S if max_visible is None else max(1, split_rule.chunk_count_for_cap(max_visible, S,
-                                                                                            self.min_chunk, block))
-        p_shape, l_shape = workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, grid_chunks)
+        p_shape, l_shape = workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, S)
         partials = batch.workspace.alloc("adaptive_split.partials", p_shape, torch.float32)
         partial_lse = batch.workspace.alloc("adaptive_split.partial_lse", l_shape, torch.float32)
         sinks = batch.sinks.to(device=batch.device, dtype=torch.float32).contiguous() if batch.sinks is not None else None
+        # An eager launch sizes its grid from the planned lengths (the capacity, for a graph-safe
+        # plan) and skips stage 2 when they are all one chunk; a launch being captured keeps the
+        # whole budget and stage 2: the graph may be replayed with longer requests.
+        longest = max(kv_layout.visible_lengths(batch.seq_lens_host, batch.window), default=0)
         kw = dict(sm_scale=batch.sm_scale, lse=batch.lse, k_scale=batch.k_scale, v_scale=batch.v_scale,
                   softcap=batch.softcap, sinks=sinks, window=batch.window, splits=S, occupancy=occ,
                   min_chunk=self.min_chunk, partials=partials, partial_lse=partial_lse, block_n=self.block_n,
-                  fp8_mma=self.fp8_mma, max_visible=max_visible)
+                  fp8_mma=self.fp8_mma)
         args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
+        on_gpu = batch.device.type == "cuda"
 
         def launch():
-            decode_attention_adaptive(*args, **kw)
+            capturing = on_gpu and torch.cuda.is_current_stream_capturing()
+            decode_attention_adaptive(*args, max_visible=None if capturing else longest, **kw)
 
         return launch
 

@@ -88,7 +88,7 @@ def _fixed_stage2(
     split_len = _fixed_split_len(L_vis, num_splits, SPLIT_ALIGN)
     # non-empty splits (a prefix); 0 when nothing is visible
     count = tl.where(L_vis > 0, (L_vis + split_len - 1) // tl.maximum(split_len, 1), 0)
-    tc.stage2_row(b, h, count,
+    tc.stage2_row(b, h, count, 0,
                   Part, stride_pb, stride_ph, stride_ps,
                   PartLse, stride_lb, stride_lh,
                   Out, stride_ob, stride_oh, stride_od,

@@ -5,7 +5,9 @@ Device side (@triton.jit, called from the kernels' own stage-1/stage-2 programs)
   attend_range     online softmax of one (request, KV head, head tile) over keys [start, end)
   stage1_store     attend_range + store of the normalised partial and its LSE
   merge_partials   stage 2: merge `count` partials, SPLIT_TILE of them per step
-  stage2_row       merge_partials + sinks + zero-length rows + store of out / lse
+  finalize_rows    sinks + zero-length rows + normalisation, for stage 2 and the direct path
+  stage2_row       merge_partials + finalize_rows + store of out / lse (one column slice)
+  stage1_finish    attend_range + finalize_rows + store: a one-chunk request without stage 2
 
 Host side (plain python): launch configs, fp8 operands; GQA head tiling, cache addressing and the
 window argument come from kv_layout (shared with the Lean kernel).
@@ -202,14 +204,15 @@ def stage1_store(
 
 
 @triton.jit
-def merge_partials(part_ptr, stride_ps, lse_ptr, count,
-                   DV: tl.constexpr, SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """Merge partials 0..count-1 of one (request, head): SPLIT_TILE of them are loaded at
-    once and folded in with one online-softmax update. Entries >= count are never read.
+def merge_partials(part_ptr, stride_ps, lse_ptr, count, n_cols,
+                   SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """Merge partials 0..count-1 of one (request, head), columns [0, n_cols) of part_ptr's
+    rows: SPLIT_TILE of them are loaded at once and folded in with one online-softmax update.
+    Entries >= count are never read.
     Returns (acc [BLOCK_DV] = sum_i w_i o_i, denom = sum_i w_i, m) with w_i = exp(lse_i - m)."""
     offs_s = tl.arange(0, SPLIT_TILE)
     offs_v = tl.arange(0, BLOCK_DV)
-    vmask = offs_v < DV
+    vmask = offs_v < n_cols
     m = float("-inf")
     denom = 0.0
     acc = tl.zeros([BLOCK_DV], dtype=tl.float32)
@@ -229,8 +232,26 @@ def merge_partials(part_ptr, stride_ps, lse_ptr, count,
 
 
 @triton.jit
+def finalize_rows(acc, denom, m, sink, v_scale, HAS_SINKS: tl.constexpr):
+    """Rows of (acc [R, DV] = sum of exp(score - m) v, denom [R], m [R]) -> (out [R, DV] fp32,
+    lse [R]): the sink joins the denominator only, a row with nothing visible gets out = 0
+    exactly and lse = -inf (or the sink). Shared by stage 2 and the one-chunk direct path."""
+    if HAS_SINKS:
+        m_new = tl.maximum(m, sink)
+        scale = tl.exp(m - m_new)
+        acc = acc * scale[:, None]
+        denom = denom * scale + tl.exp(sink - m_new)
+        m = m_new
+    has = denom > 0
+    d_safe = tl.where(has, denom, 1.0)
+    out = tl.where(has[:, None], acc * (v_scale / d_safe)[:, None], 0.0)
+    lse = tl.where(has, m + tl.log(d_safe), float("-inf"))
+    return out, lse
+
+
+@triton.jit
 def stage2_row(
-    b, h, count,
+    b, h, count, dv0,
     Part, stride_pb, stride_ph, stride_ps,
     PartLse, stride_lb, stride_lh,
     Out, stride_ob, stride_oh, stride_od,
@@ -239,30 +260,70 @@ def stage2_row(
     DV: tl.constexpr, SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr,
     HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr,
 ):
-    """Stage 2 for one (request, query head): merge `count` partials, add the sink to the
-    denominator only, write out (0 exactly when nothing is visible) and lse (natural log;
-    -inf, or the sink, for an empty row)."""
+    """Stage 2 for one (request, query head) and output columns [dv0, dv0 + BLOCK_DV): merge
+    `count` partials, finish the row (`finalize_rows`), store out and, from the slice at
+    column 0, lse (natural log)."""
     b64 = b.to(tl.int64)
     h64 = h.to(tl.int64)
-    acc, denom, m = merge_partials(Part + b64 * stride_pb + h64 * stride_ph, stride_ps,
+    acc, denom, m = merge_partials(Part + b64 * stride_pb + h64 * stride_ph + dv0, stride_ps,
                                    PartLse + b64 * stride_lb + h64 * stride_lh, count,
-                                   DV, SPLIT_TILE, BLOCK_DV)
+                                   DV - dv0, SPLIT_TILE, BLOCK_DV)
+    one = tl.zeros([1], dtype=tl.float32)
+    sink = one
     if HAS_SINKS:
-        sink = tl.load(Sinks + h).to(tl.float32)
-        m_new = tl.maximum(m, sink)
-        scale = tl.exp(m - m_new)
-        acc = acc * scale
-        denom = denom * scale + tl.exp(sink - m_new)
-        m = m_new
-    has = denom > 0
-    d_safe = tl.where(has, denom, 1.0)
-    out = tl.where(has, acc * (v_scale / d_safe), 0.0)
-    offs_v = tl.arange(0, BLOCK_DV)
-    tl.store(Out + b64 * stride_ob + h64 * stride_oh + offs_v * stride_od,
-             out.to(Out.dtype.element_ty), mask=offs_v < DV)
+        sink = one + tl.load(Sinks + h).to(tl.float32)
+    out, lse = finalize_rows(acc[None, :], one + denom, one + m, sink, v_scale, HAS_SINKS)
+    offs_v = dv0 + tl.arange(0, BLOCK_DV)
+    tl.store(Out + b64 * stride_ob + h64 * stride_oh + offs_v[None, :] * stride_od,
+             out.to(Out.dtype.element_ty), mask=offs_v[None, :] < DV)
     if STORE_LSE:
-        lse = tl.where(has, m + tl.log(d_safe), float("-inf"))
-        tl.store(Lse + b64 * stride_lseb + h64 * stride_lseh, lse)
+        first = tl.zeros([1], dtype=tl.int32) + dv0
+        tl.store(Lse + b64 * stride_lseb + h64 * stride_lseh + first * 0, lse, mask=first == 0)
+
+
+@triton.jit
+def stage1_finish(
+    b, tile, start, end,
+    Q, stride_qb, stride_qh, stride_qd,
+    K, stride_kp, stride_kt, stride_kh, stride_kd,
+    V, stride_vp, stride_vt, stride_vh, stride_vd,
+    page_size, idx_ptr,
+    Out, stride_ob, stride_oh, stride_od,
+    Lse, stride_lseb, stride_lseh,
+    Sinks, v_scale,
+    group, heads_per_tile, tiles_per_kv,
+    qk_scale, softcap,
+    D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
+    SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr, FP8_MMA: tl.constexpr,
+    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr,
+):
+    """The direct path of a request that takes one chunk: its whole visible range [start, end)
+    (possibly empty) attended and finished in stage 1, out and lse written here: no partial,
+    and stage 2 leaves the row alone."""
+    kv_head = tile // tiles_per_kv
+    head0 = kv_head * group + (tile - kv_head * tiles_per_kv) * heads_per_tile
+    b64 = b.to(tl.int64)
+    acc, m_i, l_i = attend_range(
+        Q + b64 * stride_qb + head0.to(tl.int64) * stride_qh, stride_qh, stride_qd,
+        K + kv_head.to(tl.int64) * stride_kh, stride_kp, stride_kt, stride_kd,
+        V + kv_head.to(tl.int64) * stride_vh, stride_vp, stride_vt, stride_vd,
+        page_size, idx_ptr, start, end, heads_per_tile, qk_scale, softcap,
+        D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS, FP8_MMA)
+    rows = tl.arange(0, BLOCK_H)
+    row_mask = rows < heads_per_tile
+    heads = head0 + rows
+    sink = tl.zeros([BLOCK_H], dtype=tl.float32)
+    if HAS_SINKS:
+        sink = tl.load(Sinks + heads, mask=row_mask, other=0.0).to(tl.float32)
+    out, lse = finalize_rows(acc, l_i, m_i, sink, v_scale, HAS_SINKS)
+    heads64 = heads.to(tl.int64)
+    offs_v = tl.arange(0, BLOCK_DV)
+    tl.store(Out + b64 * stride_ob + heads64[:, None] * stride_oh + offs_v[None, :] * stride_od,
+             out.to(Out.dtype.element_ty), mask=row_mask[:, None] & (offs_v[None, :] < DV))
+    if STORE_LSE:
+        tl.store(Lse + b64 * stride_lseb + heads64 * stride_lseh, lse, mask=row_mask)
 
 
 # ----------------------------------------------------------------------------------------
@@ -332,6 +393,27 @@ def split_tile(cap: int, block_dv: int) -> int:
     splits and STAGE2_TILE_ELEMS fp32 elements."""
     t = min(next_pow2(max(1, cap)), STAGE2_MAX_TILE, max(1, STAGE2_TILE_ELEMS // block_dv))
     return max(2, t)  # a 1-wide tile is legal but 2 keeps reductions 1-D on every backend
+
+
+STAGE2_MIN_SLICE = 32  # output columns per stage-2 program at the finest slicing (128-byte fp32 rows)
+
+
+def stage2_slices(rows: int, block_dv: int, device) -> int:
+    """Stage-2 programs per (request, head): on a GPU, when the batch's rows (B x Hq) are fewer
+    than its SMs, the output columns are cut into a power-of-two number of slices (each at
+    least STAGE2_MIN_SLICE wide) until the rows x slices cover the SMs, so a batch of one does
+    not merge its many partials on a handful of SMs. 1 on the CPU interpreter (programs run
+    one after another there)."""
+    import torch
+    from . import split_rule
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 1
+    sms = split_rule.num_sms(device)
+    slices = 1
+    while rows * slices < sms and block_dv // (2 * slices) >= STAGE2_MIN_SLICE:
+        slices *= 2
+    return slices
 
 
 # GPU launch configurations, in order of preference: (BLOCK_N, num_warps, num_stages). Measured

@@ -1,0 +1,193 @@
+"""Where the adaptive split-K kernel's time goes, and which launch knobs move it (one H200 run,
+to choose defaults from measurements): per cell, the kernel of the previous commit (from
+`benchmarks/_old_kernels`, a copy made before the run, when present) next to this one with
+stage 2 removed (its cost), with the grid sized from the host lengths (the eager path), with
+stage-2 column slices 1/2/4/8, the chunk budget 64/128/256 and launch configurations, plus the
+fixed-split kernel and torch SDPA on dense KV as peers. CUDA-graph replay, 256 MB L2 flush
+before each replay, median (decode_conformance.timing). Each variant's output is checked
+against SDPA's (or fixed-split's for MLA) before its time counts.
+
+    python benchmarks/adaptive_probe.py --out DIR [--reps 20] [--max-seconds 420]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import pathlib
+import sys
+import time
+
+import torch
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from decode_conformance import _paths  # noqa: E402
+
+_paths.alias_checkout()
+
+from decode_conformance import timing  # noqa: E402
+from decode_conformance.metrics import cosine  # noqa: E402
+from decode_conformance.runner import prepare  # noqa: E402
+from decode_conformance_kernels import adaptive_split as new  # noqa: E402
+from decode_conformance_kernels import registry  # noqa: E402
+from kernel_table import _sdpa  # noqa: E402
+from sweep import _case  # noqa: E402
+
+try:
+    from _old_kernels import adaptive_split as old  # noqa: E402
+except ImportError:
+    old = None
+
+K = 1024
+RAGGED16 = (1600, 65536, 4096, 32768, 2048, 48000, 8192, 16384, 24576, 1700, 40000, 60000, 12000, 30000, 57000, 28144)
+LONG = [((16, 2, 256), (128 * K,)), ((16, 2, 256), (32 * K,)), ((32, 8, 128), (128 * K,)), ((32, 8, 128), (32 * K,)),
+        ((16, 2, 256), (32 * K,) * 4), ((32, 8, 128), RAGGED16)]
+SHORT = [((32, 8, 128), (4 * K,)), ((16, 2, 256), (4 * K,)), ((32, 8, 128), (K,)), ((32, 8, 128), (K,) * 4),
+         ((32, 8, 128), (K,) * 16), ((32, 8, 128), (K,) * 32), ((16, 2, 256), (K,) * 32), ((16, 2, 256), (4 * K,) * 32),
+         ((16, 2, 256), (4 * K,) * 16), ((128, 1, 576, 512), (K,) * 8), ((128, 1, 576, 512), (4 * K,) * 8),
+         # one chunk per request (occupancy 1): the direct path
+         ((32, 8, 128), (K,) * 128), ((32, 8, 128), (4 * K,) * 96), ((16, 2, 256), (2 * K,) * 300),
+         ((32, 8, 128), (200,) * 32)]
+
+
+class _NoLaunch:
+    def __getitem__(self, grid):
+        return lambda *a, **k: None
+
+
+def _label(shape, lens):
+    s = "/".join(map(str, shape))
+    return f"{s} {len(lens)}x{lens[0]}" if len(set(lens)) == 1 else f"{s} {len(lens)} ragged ({sum(lens)} keys)"
+
+
+def _ir_counts(fn):
+    """Op counts of the compiled stage-1 kernels (is the K/V load pipelined? which MMA?)."""
+    out = []
+    try:
+        for cache in fn.device_caches.values():
+            for compiled in cache[0].values():
+                ir = compiled.asm.get("ttgir", "")
+                out.append({k: ir.count(k) for k in ("async_copy_global_to_local", "warp_group_dot", "ttg.local_alloc",
+                                                     "tt.dot", "async_wait", "mma")}
+                           | {"smem": compiled.metadata.shared, "warps": compiled.metadata.num_warps,
+                              "stages": compiled.metadata.num_stages})
+    except Exception as e:  # introspection only
+        out.append({"error": repr(e)[:200]})
+    return out
+
+
+def probe(reps, tbs, deadline):
+    rows = []
+    for kind, cells in (("long", LONG), ("short", SHORT)):
+        for shape, lens in cells:
+            if time.time() > deadline:
+                return rows
+            case = _case(shape, lens)
+            mla = len(shape) == 4
+            row = dict(cell=_label(shape, lens), kind=kind,
+                       floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads, case.head_dim, 2, tbs,
+                                                   v_head_dim=0 if mla else None))
+            try:
+                kernel = registry.adaptive_split()
+                batch = prepare(kernel, case, "cuda")
+                fx = registry.fixed_split()
+                fb = prepare(fx, case, "cuda")
+                f_launch = fx.plan(fb)
+                row["fixed"] = timing.graph_median_us(f_launch, "cuda", reps=reps)
+                f_launch()
+                ref = fb.out.float().clone()
+                if not mla:
+                    s_launch, s_get = _sdpa(case, batch)
+                    row["sdpa"] = timing.graph_median_us(s_launch, "cuda", reps=reps)
+                    s_launch()
+                    ref = s_get().float()
+                del fb
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                torch.cuda.empty_cache()
+                continue
+            S0, occ0 = new.plan_splits(case.batch, shape[0], shape[1], device="cuda", mla=mla)
+            longest = max(lens)
+            args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
+            base = dict(sm_scale=case.sm_scale, lse=batch.lse)
+            variants = {"new": {}, "new_eager": dict(max_visible=longest), "new_s1only": dict(_s1only=True)}
+            if old is not None:
+                variants["old"] = dict(_old=True)
+            if kind == "long" or case.batch == 1:
+                variants |= {f"slices{n}": dict(stage2_slices=n) for n in (1, 2, 4, 8)}
+            if kind == "long":
+                for S in (128, 256):
+                    variants[f"S{S}"] = dict(splits=S)
+                    variants[f"S{S}_s1only"] = dict(splits=S, _s1only=True)
+                if shape[2] == 256:
+                    for S in (64, 128, 256):
+                        for bn, w, st in ((64, 4, 3), (32, 4, 3), (32, 4, 4), (64, 8, 2), (128, 8, 2)):
+                            variants[f"S{S}_{bn}x{w}x{st}"] = dict(splits=S, block_n=bn, num_warps=w, num_stages=st)
+            else:
+                variants["pps8"] = dict(num_sms=264, _replan=True)
+                variants["pps16"] = dict(num_sms=528, _replan=True)
+                variants["pps8_eager"] = dict(num_sms=264, _replan=True, max_visible=longest)
+            row["S0"], row["occ0"] = S0, occ0
+            for name, kw in variants.items():
+                if time.time() > deadline:
+                    break
+                kw = dict(kw)
+                mod = old if kw.pop("_old", False) else new
+                s1only = kw.pop("_s1only", False)
+                replan = kw.pop("_replan", False)
+                if replan:
+                    S, occ = new.plan_splits(case.batch, shape[0], shape[1], num_sms=kw.pop("num_sms"), mla=mla)
+                    kw |= dict(splits=S, occupancy=occ)
+                splits = kw.get("splits", S0)
+                p = torch.empty((case.batch, shape[0], splits, case.v_head_dim), device="cuda")
+                pl = torch.empty((case.batch, shape[0], splits), device="cuda")
+                saved = mod._adaptive_stage2
+                try:
+                    if s1only:
+                        mod._adaptive_stage2 = _NoLaunch()
+                    fn = lambda: mod.decode_attention_adaptive(*args, partials=p, partial_lse=pl, **base, **kw)  # noqa: E731
+                    row[name] = timing.graph_median_us(fn, "cuda", reps=reps)
+                    if not s1only:
+                        batch.out.fill_(float("nan"))
+                        fn()
+                        torch.cuda.synchronize()
+                        c = cosine(batch.out.float(), ref)
+                        if not c > 0.999:
+                            row[name + "_WRONG"] = c
+                except Exception as e:
+                    row[name + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+                finally:
+                    mod._adaptive_stage2 = saved
+            rows.append(row)
+            print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+            del batch
+            torch.cuda.empty_cache()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--max-seconds", type=float, default=420)
+    a = ap.parse_args()
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + a.max_seconds
+    tbs = timing.copy_bandwidth_tbs()
+    import triton
+    meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__, copy_tbs=tbs,
+                read_tbs=timing.read_bandwidth_tbs(), reps=a.reps, old_kernels=old is not None)
+    print(json.dumps(meta), flush=True)
+    rows = probe(a.reps, tbs, deadline)
+    meta["ir"] = _ir_counts(new._adaptive_stage1)
+    (out / "probe.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
