@@ -43,7 +43,8 @@ except ImportError:
 K = 1024
 RAGGED16 = (1600, 65536, 4096, 32768, 2048, 48000, 8192, 16384, 24576, 1700, 40000, 60000, 12000, 30000, 57000, 28144)
 LONG = [((16, 2, 256), (128 * K,)), ((16, 2, 256), (32 * K,)), ((32, 8, 128), (128 * K,)), ((32, 8, 128), (32 * K,)),
-        ((16, 2, 256), (32 * K,) * 4), ((32, 8, 128), RAGGED16)]
+        ((16, 2, 256), (32 * K,) * 4), ((32, 8, 128), RAGGED16), ((128, 1, 576, 512), (16 * K,)),
+        ((128, 1, 576, 512), (64 * K,))]
 SHORT = [((32, 8, 128), (4 * K,)), ((16, 2, 256), (4 * K,)), ((32, 8, 128), (K,)), ((32, 8, 128), (K,) * 4),
          ((32, 8, 128), (K,) * 16), ((32, 8, 128), (K,) * 32), ((16, 2, 256), (K,) * 32), ((16, 2, 256), (4 * K,) * 32),
          ((16, 2, 256), (4 * K,) * 16), ((128, 1, 576, 512), (K,) * 8), ((128, 1, 576, 512), (4 * K,) * 8),
@@ -114,23 +115,29 @@ def probe(reps, tbs, deadline):
             longest = max(lens)
             args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
             base = dict(sm_scale=case.sm_scale, lse=batch.lse)
-            variants = {"new": {}, "new_eager": dict(max_visible=longest), "new_s1only": dict(_s1only=True)}
+            bound = dict(max_visible=longest)
+            variants = {"new": {}, "new_bound": bound, "new_s1only": dict(bound, _s1only=True)}
             if old is not None:
                 variants["old"] = dict(_old=True)
             if kind == "long" or case.batch == 1:
-                variants |= {f"slices{n}": dict(stage2_slices=n) for n in (1, 2, 4, 8)}
+                variants |= {f"slices{n}": dict(bound, stage2_slices=n) for n in (1, 4)}
             if kind == "long":
-                for S in (128, 256):
-                    variants[f"S{S}"] = dict(splits=S)
-                    variants[f"S{S}_s1only"] = dict(splits=S, _s1only=True)
+                variants["S128"] = dict(bound, splits=128)
+                variants["S128_s1only"] = dict(bound, splits=128, _s1only=True)
                 if shape[2] == 256:
                     for S in (64, 128, 256):
-                        for bn, w, st in ((64, 4, 3), (32, 4, 3), (32, 4, 4), (64, 8, 2), (128, 8, 2)):
-                            variants[f"S{S}_{bn}x{w}x{st}"] = dict(splits=S, block_n=bn, num_warps=w, num_stages=st)
+                        for bn, w, st in ((64, 4, 3), (64, 8, 3), (32, 4, 3), (64, 4, 4)):
+                            variants[f"S{S}_{bn}x{w}x{st}"] = dict(bound, splits=S, block_n=bn, num_warps=w,
+                                                                  num_stages=st)
+                elif not mla:
+                    for bn, w, st in ((64, 4, 4), (128, 4, 2), (64, 8, 3)):
+                        variants[f"S64_{bn}x{w}x{st}"] = dict(bound, block_n=bn, num_warps=w, num_stages=st)
+                        variants[f"S128_{bn}x{w}x{st}"] = dict(bound, splits=128, block_n=bn, num_warps=w,
+                                                               num_stages=st)
             else:
-                variants["pps8"] = dict(num_sms=264, _replan=True)
-                variants["pps16"] = dict(num_sms=528, _replan=True)
-                variants["pps8_eager"] = dict(num_sms=264, _replan=True, max_visible=longest)
+                sms = torch.cuda.get_device_properties(0).multi_processor_count
+                for mult in (2, 4):
+                    variants[f"pps_x{mult}"] = dict(bound, num_sms=sms * mult, _replan=True)
             row["S0"], row["occ0"] = S0, occ0
             for name, kw in variants.items():
                 if time.time() > deadline:

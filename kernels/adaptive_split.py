@@ -1,15 +1,20 @@
 """Adaptive split-K decode attention: chunk count from the request length and the SM count
 (the seed design; the rule itself is in `split_rule`).
 
-Stage 1, grid (B, KV-head tiles, grid_splits): the host sizes the split axis for the most
-chunks any request can take (`split_rule.grid_splits`: the grid's whole chunk budget). Each
-program reads its request's current length and the batch's total from kv_indptr, computes the
-request's cap (its share of the budget, at least the batch's occupancy count), its chunk
-count and its chunk's [start, end) with `request_cap_device` / `chunk_count_device` /
-`chunk_bounds_device` (mirrors of the pure-python rule), and does nothing when its chunk is
-past the end: no host sync, so one captured CUDA graph serves every length.
-Stage 2, grid (B, Hq): recomputes the count and merges SPLIT_TILE chunks per step (the launch's
-chunk cap rounded up to a power of two, <= 64 chunks and <= 8192 fp32 elements).
+Stage 1, grid (B, KV-head tiles, chunks): the host sizes the chunk axis for the most chunks
+any request can take (`split_rule.grid_splits`, the chunk budget, or fewer when it knows a
+bound on the lengths). Each program reads its request's current length and the batch's total
+from kv_indptr, computes the request's cap (its share of the budget, at least the batch's
+occupancy count), its chunk count and its chunk's [start, end) with `request_cap_device` /
+`chunk_count_device` / `chunk_bounds_device` (mirrors of the pure-python rule), and does
+nothing when its chunk is past the end: no host sync, so one captured CUDA graph serves every
+length. A request of one chunk (or none) is finished in stage 1: out and lse written there,
+no partial round trip (the direct path).
+Stage 2, grid (B, Hq, column slices): recomputes the count, leaves rows of fewer than two
+chunks alone and merges the others SPLIT_TILE partials per step (the budget rounded up to a
+power of two, <= 64 partials and <= 8192 fp32 elements); a batch with fewer rows than SMs
+cuts the columns into slices (`triton_common.stage2_slices`). When the host knows no request
+can take two chunks, stage 2 is not launched.
 
 Usable outside the suite through `decode_attention_adaptive(...)`; adapter `AdaptiveSplitKernel`.
 """
@@ -68,7 +73,7 @@ def device_request_caps(lengths, totals, grid: int, occupancy: int):
 def chunk_bounds_device(i, n, length, BLOCK: tl.constexpr):
     """Mirror of split_rule.chunk_bounds (int64: i * nblocks cannot overflow). Needs n >= 1."""
     nblocks = ((length + BLOCK - 1) // BLOCK).to(tl.int64)
-    i64 = tl.cast(i, tl.int64)  # (a python int under the interpreter: the loop index of stage 1)
+    i64 = i.to(tl.int64)
     start = (i64 * nblocks // n) * BLOCK
     end = ((i64 + 1) * nblocks // n) * BLOCK
     return tl.minimum(start, length).to(tl.int32), tl.minimum(end, length).to(tl.int32)
@@ -137,38 +142,26 @@ def _adaptive_stage1(
     L_vis = L - vis_start
     total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
     n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
-    if n <= 1:
-        # one chunk (or none): finished here, out and lse written directly; stage 2 skips the row
-        if chunk == 0:
-            tc.stage1_finish(
-                b, tile, vis_start, L,
-                Q, stride_qb, stride_qh, stride_qd,
-                K, stride_kp, stride_kt, stride_kh, stride_kd,
-                V, stride_vp, stride_vt, stride_vh, stride_vd,
-                page_size, kv_indices + lo.to(tl.int64),
-                Out, stride_ob, stride_oh, stride_od,
-                Lse, stride_lseb, stride_lseh,
-                Sinks, v_scale,
-                group, heads_per_tile, tiles_per_kv, qk_scale, softcap,
-                D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV,
-                E4M3_BITS, FP8_MMA, HAS_SINKS, STORE_LSE)
-    else:
-        # The launch's chunk axis may be shorter than n (an eager grid sized from host lengths
-        # that the device lengths outgrew): each program takes every num_programs(2)-th chunk,
-        # so any grid computes every chunk and the partition never depends on the grid.
-        for c in range(chunk, n, tl.num_programs(2)):
-            c0, c1 = chunk_bounds_device(c, n, L_vis, CHUNK_BLOCK)
-            tc.stage1_store(
-                b, tile, c, vis_start + c0, vis_start + c1,
-                Q, stride_qb, stride_qh, stride_qd,
-                K, stride_kp, stride_kt, stride_kh, stride_kd,
-                V, stride_vp, stride_vt, stride_vh, stride_vd,
-                page_size, kv_indices + lo.to(tl.int64),
-                Part, stride_pb, stride_ph, stride_ps,
-                PartLse, stride_lb, stride_lh,
-                group, heads_per_tile, tiles_per_kv, qk_scale, softcap,
-                D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS,
-                FP8_MMA)
+    if chunk < tl.maximum(n, 1):
+        # A request of one chunk (or none: an empty range) is finished here, out and lse
+        # written directly (no partial; stage 2 skips the row). Otherwise chunk `chunk` of n.
+        c0, c1 = chunk_bounds_device(chunk, tl.maximum(n, 1), L_vis, CHUNK_BLOCK)
+        acc, m_i, l_i, head0 = tc.attend_tile(
+            b, tile, vis_start + c0, vis_start + c1,
+            Q, stride_qb, stride_qh, stride_qd,
+            K, stride_kp, stride_kt, stride_kh, stride_kd,
+            V, stride_vp, stride_vt, stride_vh, stride_vd,
+            page_size, kv_indices + lo.to(tl.int64),
+            group, heads_per_tile, tiles_per_kv, qk_scale, softcap,
+            D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS,
+            FP8_MMA)
+        if n <= 1:
+            tc.store_final(b, head0, acc, m_i, l_i, Out, stride_ob, stride_oh, stride_od,
+                           Lse, stride_lseb, stride_lseh, Sinks, v_scale, heads_per_tile,
+                           DV, BLOCK_H, BLOCK_DV, HAS_SINKS, STORE_LSE)
+        else:
+            tc.store_partial(b, head0, chunk, acc, m_i, l_i, Part, stride_pb, stride_ph, stride_ps,
+                             PartLse, stride_lb, stride_lh, heads_per_tile, DV, BLOCK_H, BLOCK_DV)
 
 
 @triton.jit
@@ -180,7 +173,7 @@ def _adaptive_stage2(
     Lse, stride_lseb, stride_lseh,
     Sinks, v_scale,
     DV: tl.constexpr, SPLIT_TILE: tl.constexpr, SLICE_DV: tl.constexpr,
-    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr,
+    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr, SMALL_TILE: tl.constexpr,
     MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr,
 ):
     b = tl.program_id(0)
@@ -195,7 +188,7 @@ def _adaptive_stage2(
                       PartLse, stride_lb, stride_lh,
                       Out, stride_ob, stride_oh, stride_od,
                       Lse, stride_lseb, stride_lseh,
-                      Sinks, v_scale, DV, SPLIT_TILE, SLICE_DV, HAS_SINKS, STORE_LSE)
+                      Sinks, v_scale, DV, SPLIT_TILE, SLICE_DV, HAS_SINKS, STORE_LSE, SMALL_TILE)
 
 
 def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None, num_sms: Optional[int] = None,
@@ -235,12 +228,13 @@ def decode_attention_adaptive(
     min_chunk: smallest chunk of the length rule.
     fp8_mma: on an fp8 cache, quantize q and P to the fp8 type and run both dots fp8 x fp8
     (faster MMAs, the precision tier "fp8-q-and-p"); needs sm_89+ / gfx942 / gfx950.
-    max_visible: the longest visible request of every launch of this call's buffers, when the
-    caller knows it. The grid's chunk axis then stops at that request's chunk count (a longer
-    request is still computed, by fewer programs), and when no request can take two chunks
-    (max_visible < 2 x min_chunk) stage 2 is not launched: every request is finished in
-    stage 1, so a longer request there would never be merged. Leave it unset for a launch
-    captured in a CUDA graph that is replayed with longer requests.
+    max_visible: a bound on the visible length of every request of every launch of these
+    buffers, when the caller has one (a CUDA graph: the capacity it serves). The grid's
+    chunk axis then stops at the chunk count of a request that long, and when no request can
+    take two chunks (max_visible < 2 x min_chunk) stage 2 is not launched: each request is
+    finished in stage 1 (one chunk, or none, takes the direct path on the device either
+    way). A request past the bound would be computed only in part: leave it unset when there
+    is no bound.
     stage2_slices: stage-2 programs per (request, head), each merging a slice of the output
     columns (default `tc.stage2_slices`).
     """
@@ -288,9 +282,7 @@ def decode_attention_adaptive(
         return
     slices = stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)
     slice_dv = dims["BLOCK_DV"] // slices
-    # The merge tile follows the budget, not this launch's grid: an eager launch with a
-    # shortened grid merges in the same order as a graph replay of the full one (bitwise equal).
-    tile = tc.split_tile(S, slice_dv)
+    tile = tc.split_tile(grid_chunks, slice_dv)
     _adaptive_stage2[(B, Hq, slices)](
         kv_indptr, visible, S, occupancy, B,
         partials, partials.stride(0), partials.stride(1), partials.stride(2),
@@ -298,7 +290,7 @@ def decode_attention_adaptive(
         out, out.stride(0), out.stride(1), out.stride(2),
         lse_t, lse_t.stride(0), lse_t.stride(1),
         sinks_t, float(v_scale),
-        DV=Dv, SPLIT_TILE=tile, SLICE_DV=slice_dv,
+        DV=Dv, SPLIT_TILE=tile, SLICE_DV=slice_dv, SMALL_TILE=min(tile, tc.STAGE2_SMALL_TILE),
         HAS_SINKS=sinks is not None, STORE_LSE=lse is not None,
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n,
         num_warps=4 if tile * slice_dv <= 4096 else 8, num_stages=1)
@@ -338,20 +330,18 @@ class AdaptiveSplitKernel:
         partials = batch.workspace.alloc("adaptive_split.partials", p_shape, torch.float32)
         partial_lse = batch.workspace.alloc("adaptive_split.partial_lse", l_shape, torch.float32)
         sinks = batch.sinks.to(device=batch.device, dtype=torch.float32).contiguous() if batch.sinks is not None else None
-        # An eager launch sizes its grid from the planned lengths (the capacity, for a graph-safe
-        # plan) and skips stage 2 when they are all one chunk; a launch being captured keeps the
-        # whole budget and stage 2: the graph may be replayed with longer requests.
+        # The planned lengths bound every launch of this plan (a graph-safe plan is made at the
+        # capacity its graph serves): the grid's chunk axis stops at the longest one's count,
+        # and stage 2 is not launched when none can take two chunks.
         longest = max(kv_layout.visible_lengths(batch.seq_lens_host, batch.window), default=0)
         kw = dict(sm_scale=batch.sm_scale, lse=batch.lse, k_scale=batch.k_scale, v_scale=batch.v_scale,
                   softcap=batch.softcap, sinks=sinks, window=batch.window, splits=S, occupancy=occ,
                   min_chunk=self.min_chunk, partials=partials, partial_lse=partial_lse, block_n=self.block_n,
-                  fp8_mma=self.fp8_mma)
+                  fp8_mma=self.fp8_mma, max_visible=longest)
         args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
-        on_gpu = batch.device.type == "cuda"
 
         def launch():
-            capturing = on_gpu and torch.cuda.is_current_stream_capturing()
-            decode_attention_adaptive(*args, max_visible=None if capturing else longest, **kw)
+            decode_attention_adaptive(*args, **kw)
 
         return launch
 

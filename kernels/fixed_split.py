@@ -93,7 +93,7 @@ def _fixed_stage2(
                   PartLse, stride_lb, stride_lh,
                   Out, stride_ob, stride_oh, stride_od,
                   Lse, stride_lseb, stride_lseh,
-                  Sinks, v_scale, DV, SPLIT_TILE, BLOCK_DV, HAS_SINKS, STORE_LSE)
+                  Sinks, v_scale, DV, SPLIT_TILE, BLOCK_DV, HAS_SINKS, STORE_LSE, SPLIT_TILE)
 
 
 workspace_shapes = tc.partial_shapes

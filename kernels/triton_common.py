@@ -3,11 +3,13 @@
 Device side (@triton.jit, called from the kernels' own stage-1/stage-2 programs):
   tanh_safe        tanh that cannot overflow (soft-cap with s/cap >> 88)
   attend_range     online softmax of one (request, KV head, head tile) over keys [start, end)
-  stage1_store     attend_range + store of the normalised partial and its LSE
+  attend_tile      attend_range for one (request, head tile): the tile's KV head and query heads
+  store_partial    the normalised partial and its LSE, at a split index
+  store_final      the direct path: a one-chunk request's out / lse written in stage 1
+  stage1_store     attend_tile + store_partial
   merge_partials   stage 2: merge `count` partials, SPLIT_TILE of them per step
   finalize_rows    sinks + zero-length rows + normalisation, for stage 2 and the direct path
   stage2_row       merge_partials + finalize_rows + store of out / lse (one column slice)
-  stage1_finish    attend_range + finalize_rows + store: a one-chunk request without stage 2
 
 Host side (plain python): launch configs, fp8 operands; GQA head tiling, cache addressing and the
 window argument come from kv_layout (shared with the Lean kernel).
@@ -30,6 +32,7 @@ from .kv_layout import MIN_DOT, cache_addressing, next_pow2, visible_arg  # noqa
 MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score tile)
 STAGE2_TILE_ELEMS = 8192  # the seed: a stage-2 tile holds at most 8192 fp32 elements
 STAGE2_MAX_TILE = 64  # ... and at most 64 splits
+STAGE2_SMALL_TILE = 8  # counts up to this are merged with a tile this wide (the fixed kernel's 8 splits)
 
 
 # ----------------------------------------------------------------------------------------
@@ -164,6 +167,79 @@ def attend_range(
 
 
 @triton.jit
+def attend_tile(
+    b, tile, start, end,
+    Q, stride_qb, stride_qh, stride_qd,
+    K, stride_kp, stride_kt, stride_kh, stride_kd,
+    V, stride_vp, stride_vt, stride_vh, stride_vd,
+    page_size, idx_ptr,
+    group, heads_per_tile, tiles_per_kv,
+    qk_scale, softcap,
+    D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
+    SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr, FP8_MMA: tl.constexpr,
+):
+    """attend_range for head tile `tile` of request b (its KV head and first query head found
+    from the GQA tiling): returns (acc, m, l, first query head)."""
+    kv_head = tile // tiles_per_kv
+    head0 = kv_head * group + (tile - kv_head * tiles_per_kv) * heads_per_tile
+    b64 = b.to(tl.int64)
+    acc, m_i, l_i = attend_range(
+        Q + b64 * stride_qb + head0.to(tl.int64) * stride_qh, stride_qh, stride_qd,
+        K + kv_head.to(tl.int64) * stride_kh, stride_kp, stride_kt, stride_kd,
+        V + kv_head.to(tl.int64) * stride_vh, stride_vp, stride_vt, stride_vd,
+        page_size, idx_ptr, start, end, heads_per_tile, qk_scale, softcap,
+        D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS, FP8_MMA)
+    return acc, m_i, l_i, head0
+
+
+@triton.jit
+def store_partial(b, head0, split, acc, m_i, l_i,
+                  Part, stride_pb, stride_ph, stride_ps,
+                  PartLse, stride_lb, stride_lh,
+                  heads_per_tile, DV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """partial = acc / l and lse = m + ln l of the tile's query heads, at split index `split`."""
+    rows = tl.arange(0, BLOCK_H)
+    row_mask = rows < heads_per_tile
+    heads = (head0 + rows).to(tl.int64)
+    b64 = b.to(tl.int64)
+    offs_v = tl.arange(0, BLOCK_DV)
+    vmask = offs_v < DV
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    part = acc / l_safe[:, None]
+    p_ptr = Part + b64 * stride_pb + heads[:, None] * stride_ph + split * stride_ps + offs_v[None, :]
+    tl.store(p_ptr, part, mask=row_mask[:, None] & vmask[None, :])
+    lse = m_i + tl.log(l_safe)
+    tl.store(PartLse + b64 * stride_lb + heads * stride_lh + split, lse, mask=row_mask)
+
+
+@triton.jit
+def store_final(b, head0, acc, m_i, l_i,
+                Out, stride_ob, stride_oh, stride_od,
+                Lse, stride_lseb, stride_lseh,
+                Sinks, v_scale, heads_per_tile,
+                DV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_DV: tl.constexpr,
+                HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr):
+    """The direct path of a request that takes one chunk (or none): its rows finished in stage 1
+    (`finalize_rows`), out and lse written here; no partial, and stage 2 leaves the row alone."""
+    rows = tl.arange(0, BLOCK_H)
+    row_mask = rows < heads_per_tile
+    heads = head0 + rows
+    sink = tl.zeros([BLOCK_H], dtype=tl.float32)
+    if HAS_SINKS:
+        sink = tl.load(Sinks + heads, mask=row_mask, other=0.0).to(tl.float32)
+    out, lse = finalize_rows(acc, l_i, m_i, sink, v_scale, HAS_SINKS)
+    b64 = b.to(tl.int64)
+    heads64 = heads.to(tl.int64)
+    offs_v = tl.arange(0, BLOCK_DV)
+    tl.store(Out + b64 * stride_ob + heads64[:, None] * stride_oh + offs_v[None, :] * stride_od,
+             out.to(Out.dtype.element_ty), mask=row_mask[:, None] & (offs_v[None, :] < DV))
+    if STORE_LSE:
+        tl.store(Lse + b64 * stride_lseb + heads64 * stride_lseh, lse, mask=row_mask)
+
+
+@triton.jit
 def stage1_store(
     b, tile, split, start, end,
     Q, stride_qb, stride_qh, stride_qd,
@@ -179,28 +255,16 @@ def stage1_store(
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
     SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr, FP8_MMA: tl.constexpr,
 ):
-    """One stage-1 program with a non-empty range: partial = acc / l and lse = m + ln l for
-    the tile's query heads, written at split index `split`."""
-    kv_head = tile // tiles_per_kv
-    head0 = kv_head * group + (tile - kv_head * tiles_per_kv) * heads_per_tile
-    b64 = b.to(tl.int64)
-    acc, m_i, l_i = attend_range(
-        Q + b64 * stride_qb + head0.to(tl.int64) * stride_qh, stride_qh, stride_qd,
-        K + kv_head.to(tl.int64) * stride_kh, stride_kp, stride_kt, stride_kd,
-        V + kv_head.to(tl.int64) * stride_vh, stride_vp, stride_vt, stride_vd,
-        page_size, idx_ptr, start, end, heads_per_tile, qk_scale, softcap,
+    """One stage-1 program with a non-empty range: its partial written at split index `split`."""
+    acc, m_i, l_i, head0 = attend_tile(
+        b, tile, start, end,
+        Q, stride_qb, stride_qh, stride_qd,
+        K, stride_kp, stride_kt, stride_kh, stride_kd,
+        V, stride_vp, stride_vt, stride_vh, stride_vd,
+        page_size, idx_ptr, group, heads_per_tile, tiles_per_kv, qk_scale, softcap,
         D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS, FP8_MMA)
-    rows = tl.arange(0, BLOCK_H)
-    row_mask = rows < heads_per_tile
-    heads = (head0 + rows).to(tl.int64)
-    offs_v = tl.arange(0, BLOCK_DV)
-    vmask = offs_v < DV
-    l_safe = tl.where(l_i > 0, l_i, 1.0)
-    part = acc / l_safe[:, None]
-    p_ptr = Part + b64 * stride_pb + heads[:, None] * stride_ph + split * stride_ps + offs_v[None, :]
-    tl.store(p_ptr, part, mask=row_mask[:, None] & vmask[None, :])
-    lse = m_i + tl.log(l_safe)
-    tl.store(PartLse + b64 * stride_lb + heads * stride_lh + split, lse, mask=row_mask)
+    store_partial(b, head0, split, acc, m_i, l_i, Part, stride_pb, stride_ph, stride_ps,
+                  PartLse, stride_lb, stride_lh, heads_per_tile, DV, BLOCK_H, BLOCK_DV)
 
 
 @triton.jit
@@ -258,16 +322,24 @@ def stage2_row(
     Lse, stride_lseb, stride_lseh,
     Sinks, v_scale,
     DV: tl.constexpr, SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr,
-    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr,
+    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr, SMALL_TILE: tl.constexpr,
 ):
     """Stage 2 for one (request, query head) and output columns [dv0, dv0 + BLOCK_DV): merge
     `count` partials, finish the row (`finalize_rows`), store out and, from the slice at
-    column 0, lse (natural log)."""
+    column 0, lse (natural log). A count of at most SMALL_TILE (< SPLIT_TILE) is merged with
+    a tile that small: a short request in a launch sized for long ones does not pay for a
+    wide, mostly masked tile. The tile follows the count alone, so the bits do too."""
     b64 = b.to(tl.int64)
     h64 = h.to(tl.int64)
-    acc, denom, m = merge_partials(Part + b64 * stride_pb + h64 * stride_ph + dv0, stride_ps,
-                                   PartLse + b64 * stride_lb + h64 * stride_lh, count,
-                                   DV - dv0, SPLIT_TILE, BLOCK_DV)
+    part_ptr = Part + b64 * stride_pb + h64 * stride_ph + dv0
+    lse_ptr = PartLse + b64 * stride_lb + h64 * stride_lh
+    if SMALL_TILE < SPLIT_TILE:
+        if count <= SMALL_TILE:
+            acc, denom, m = merge_partials(part_ptr, stride_ps, lse_ptr, count, DV - dv0, SMALL_TILE, BLOCK_DV)
+        else:
+            acc, denom, m = merge_partials(part_ptr, stride_ps, lse_ptr, count, DV - dv0, SPLIT_TILE, BLOCK_DV)
+    else:
+        acc, denom, m = merge_partials(part_ptr, stride_ps, lse_ptr, count, DV - dv0, SPLIT_TILE, BLOCK_DV)
     one = tl.zeros([1], dtype=tl.float32)
     sink = one
     if HAS_SINKS:
@@ -279,51 +351,6 @@ def stage2_row(
     if STORE_LSE:
         first = tl.zeros([1], dtype=tl.int32) + dv0
         tl.store(Lse + b64 * stride_lseb + h64 * stride_lseh + first * 0, lse, mask=first == 0)
-
-
-@triton.jit
-def stage1_finish(
-    b, tile, start, end,
-    Q, stride_qb, stride_qh, stride_qd,
-    K, stride_kp, stride_kt, stride_kh, stride_kd,
-    V, stride_vp, stride_vt, stride_vh, stride_vd,
-    page_size, idx_ptr,
-    Out, stride_ob, stride_oh, stride_od,
-    Lse, stride_lseb, stride_lseh,
-    Sinks, v_scale,
-    group, heads_per_tile, tiles_per_kv,
-    qk_scale, softcap,
-    D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
-    SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr, FP8_MMA: tl.constexpr,
-    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr,
-):
-    """The direct path of a request that takes one chunk: its whole visible range [start, end)
-    (possibly empty) attended and finished in stage 1, out and lse written here: no partial,
-    and stage 2 leaves the row alone."""
-    kv_head = tile // tiles_per_kv
-    head0 = kv_head * group + (tile - kv_head * tiles_per_kv) * heads_per_tile
-    b64 = b.to(tl.int64)
-    acc, m_i, l_i = attend_range(
-        Q + b64 * stride_qb + head0.to(tl.int64) * stride_qh, stride_qh, stride_qd,
-        K + kv_head.to(tl.int64) * stride_kh, stride_kp, stride_kt, stride_kd,
-        V + kv_head.to(tl.int64) * stride_vh, stride_vp, stride_vt, stride_vd,
-        page_size, idx_ptr, start, end, heads_per_tile, qk_scale, softcap,
-        D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS, FP8_MMA)
-    rows = tl.arange(0, BLOCK_H)
-    row_mask = rows < heads_per_tile
-    heads = head0 + rows
-    sink = tl.zeros([BLOCK_H], dtype=tl.float32)
-    if HAS_SINKS:
-        sink = tl.load(Sinks + heads, mask=row_mask, other=0.0).to(tl.float32)
-    out, lse = finalize_rows(acc, l_i, m_i, sink, v_scale, HAS_SINKS)
-    heads64 = heads.to(tl.int64)
-    offs_v = tl.arange(0, BLOCK_DV)
-    tl.store(Out + b64 * stride_ob + heads64[:, None] * stride_oh + offs_v[None, :] * stride_od,
-             out.to(Out.dtype.element_ty), mask=row_mask[:, None] & (offs_v[None, :] < DV))
-    if STORE_LSE:
-        tl.store(Lse + b64 * stride_lseb + heads64 * stride_lseh, lse, mask=row_mask)
 
 
 # ----------------------------------------------------------------------------------------
