@@ -7,7 +7,7 @@ fixed-split kernel and torch SDPA on dense KV as peers. CUDA-graph replay, 256 M
 before each replay, median (decode_conformance.timing). Each variant's output is checked
 against SDPA's (or fixed-split's for MLA) before its time counts.
 
-    python benchmarks/adaptive_probe.py --out DIR [--reps 20] [--max-seconds 420]
+    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks] [--reps 20] [--max-seconds 420]
 """
 from __future__ import annotations
 
@@ -79,7 +79,39 @@ def _ir_counts(fn):
     return out
 
 
-def probe(reps, tbs, deadline):
+def _launch_variants(variants, bound, kind, shape, mla, case):
+    """Round 1-2: stage-2 slices, the chunk budget, launch configurations, programs per SM."""
+    if kind == "long" or case.batch == 1:
+        variants |= {f"slices{n}": dict(bound, stage2_slices=n) for n in (1, 4)}
+    if kind == "long":
+        variants["S128"] = dict(bound, splits=128)
+        variants["S128_s1only"] = dict(bound, splits=128, _s1only=True)
+        if shape[2] == 256:
+            for S in (64, 128, 256):
+                for bn, w, st in ((64, 4, 3), (64, 8, 3), (32, 4, 3), (64, 4, 4)):
+                    variants[f"S{S}_{bn}x{w}x{st}"] = dict(bound, splits=S, block_n=bn, num_warps=w, num_stages=st)
+        elif not mla:
+            for bn, w, st in ((64, 4, 4), (128, 4, 2), (64, 8, 3)):
+                variants[f"S64_{bn}x{w}x{st}"] = dict(bound, block_n=bn, num_warps=w, num_stages=st)
+                variants[f"S128_{bn}x{w}x{st}"] = dict(bound, splits=128, block_n=bn, num_warps=w, num_stages=st)
+    else:
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        for mult in (2, 4):
+            variants[f"pps_x{mult}"] = dict(bound, num_sms=sms * mult, _replan=True)
+
+
+def _chunk_variants(variants, bound, shape, mla):
+    """Round 3: the smallest chunk and the programs per SM (fewer, longer programs)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for mc in (256, 512, 1024):
+        variants[f"mc{mc}"] = dict(bound, min_chunk=mc)
+    for frac in (2, 3):  # programs per SM x frac / 4
+        variants[f"pps_{frac}of4"] = dict(bound, num_sms=sms * frac // 4, _replan=True)
+    if not mla and shape[2] == 256:
+        variants["S128"] = dict(bound, splits=128)
+
+
+def probe(reps, tbs, deadline, group="launch"):
     rows = []
     for kind, cells in (("long", LONG), ("short", SHORT)):
         for shape, lens in cells:
@@ -119,25 +151,10 @@ def probe(reps, tbs, deadline):
             variants = {"new": {}, "new_bound": bound, "new_s1only": dict(bound, _s1only=True)}
             if old is not None:
                 variants["old"] = dict(_old=True)
-            if kind == "long" or case.batch == 1:
-                variants |= {f"slices{n}": dict(bound, stage2_slices=n) for n in (1, 4)}
-            if kind == "long":
-                variants["S128"] = dict(bound, splits=128)
-                variants["S128_s1only"] = dict(bound, splits=128, _s1only=True)
-                if shape[2] == 256:
-                    for S in (64, 128, 256):
-                        for bn, w, st in ((64, 4, 3), (64, 8, 3), (32, 4, 3), (64, 4, 4)):
-                            variants[f"S{S}_{bn}x{w}x{st}"] = dict(bound, splits=S, block_n=bn, num_warps=w,
-                                                                  num_stages=st)
-                elif not mla:
-                    for bn, w, st in ((64, 4, 4), (128, 4, 2), (64, 8, 3)):
-                        variants[f"S64_{bn}x{w}x{st}"] = dict(bound, block_n=bn, num_warps=w, num_stages=st)
-                        variants[f"S128_{bn}x{w}x{st}"] = dict(bound, splits=128, block_n=bn, num_warps=w,
-                                                               num_stages=st)
+            if group == "launch":
+                _launch_variants(variants, bound, kind, shape, mla, case)
             else:
-                sms = torch.cuda.get_device_properties(0).multi_processor_count
-                for mult in (2, 4):
-                    variants[f"pps_x{mult}"] = dict(bound, num_sms=sms * mult, _replan=True)
+                _chunk_variants(variants, bound, shape, mla)
             row["S0"], row["occ0"] = S0, occ0
             for name, kw in variants.items():
                 if time.time() > deadline:
@@ -181,6 +198,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--max-seconds", type=float, default=420)
+    ap.add_argument("--variants", choices=("launch", "chunks"), default="launch",
+                    help="launch: slices, budget, configs (rounds 1-2); chunks: smallest chunk, programs per SM")
     a = ap.parse_args()
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -191,7 +210,7 @@ def main():
                 gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__, copy_tbs=tbs,
                 read_tbs=timing.read_bandwidth_tbs(), reps=a.reps, old_kernels=old is not None)
     print(json.dumps(meta), flush=True)
-    rows = probe(a.reps, tbs, deadline)
+    rows = probe(a.reps, tbs, deadline, a.variants)
     meta["ir"] = _ir_counts(new._adaptive_stage1)
     (out / "probe.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
 

@@ -192,17 +192,31 @@ def _adaptive_stage2(
 
 
 def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None, num_sms: Optional[int] = None,
-                max_splits: Optional[int] = None, mla: bool = False) -> tuple[int, int]:
+                max_splits: Optional[int] = None, mla: bool = False, head_dim: int = 128) -> tuple[int, int]:
     """(the stage-1 grid's split axis = the chunk budget, the batch's occupancy count)."""
     tiles = tc.head_tiling(num_q_heads, num_kv_heads)["kv_head_tiles"]
     sms = num_sms if num_sms is not None else split_rule.num_sms(device)
-    pps = split_rule.MLA_PROGRAMS_PER_SM if mla else split_rule.PROGRAMS_PER_SM
-    cap = max_splits or split_rule.MAX_SPLITS
+    pps, rule_cap = split_rule.launch_shape(head_dim, mla)
+    cap = max_splits or rule_cap
     return (split_rule.grid_splits(batch, tiles, sms, cap, pps),
             split_rule.occupancy_splits(batch, tiles, sms, cap, pps))
 
 
 workspace_shapes = tc.partial_shapes
+
+
+def chunk_axis(q, k_cache, v_cache, splits: int, max_visible: Optional[int], min_chunk: int = split_rule.MIN_CHUNK,
+               block_n: Optional[int] = None) -> int:
+    """The stage-1 grid's chunk axis, and the partials' split dimension: the chunk budget
+    `splits`, or, under a bound on the visible lengths, the chunk count of a request that long
+    (counts grow with length, so none takes more)."""
+    if max_visible is None:
+        return int(splits)
+    if block_n is None:
+        dims = tc.head_dims(q.shape[-1], v_cache.shape[-1])
+        block_n = tc.kernel_config(q.device, q.shape[-1], v_cache.shape[-1],
+                                   tc.shares_kv(k_cache, v_cache, dims))["block_n"]
+    return max(1, split_rule.chunk_count_for_cap(int(max_visible), int(splits), min_chunk, block_n))
 
 
 def decode_attention_adaptive(
@@ -221,10 +235,10 @@ def decode_attention_adaptive(
     """Adaptive split-K decode attention; same tensors as `fixed_split.decode_attention_fixed`.
 
     splits: the chunk budget, the most chunks any request takes; default that of
-    `plan_splits(B, Hq, Hkv, num_sms=..., max_splits=...)`. occupancy: the least cap of a
-    request (default the batch's occupancy count, at most `splits`). Keep both (and the scratch,
-    `workspace_shapes(B, Hq, Dv, splits)`) fixed across calls of one CUDA graph: the chunk
-    counts follow the lengths on the device.
+    `plan_splits(B, Hq, Hkv, num_sms=..., max_splits=..., head_dim=Dk, mla=Dv < Dk)`.
+    occupancy: the least cap of a request (default the batch's occupancy count, at most
+    `splits`). Keep both (and the scratch, `workspace_shapes(B, Hq, Dv, chunk_axis(...))`)
+    fixed across calls of one CUDA graph: the chunk counts follow the lengths on the device.
     min_chunk: smallest chunk of the length rule.
     fp8_mma: on an fp8 cache, quantize q and P to the fp8 type and run both dots fp8 x fp8
     (faster MMAs, the precision tier "fp8-q-and-p"); needs sm_89+ / gfx942 / gfx950.
@@ -241,23 +255,21 @@ def decode_attention_adaptive(
     B, Hq, Hkv, Dk, Dv = tc.check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks)
     if splits is None or occupancy is None:
         grid, occ = plan_splits(B, Hq, Hkv, device=q.device, num_sms=num_sms, max_splits=splits or max_splits,
-                                mla=Dv < Dk)
+                                mla=Dv < Dk, head_dim=Dk)
         splits = grid if splits is None else splits
         occupancy = occ if occupancy is None else occupancy
     S = int(splits)
     occupancy = max(1, min(int(occupancy), S))
     if S < 1 or min_chunk < 1:
         raise ValueError(f"splits={splits} and min_chunk={min_chunk} must be >= 1")
-    ctx = tc.split_k_setup(q, k_cache, v_cache, S, partials, partial_lse, block_n, num_warps, num_stages,
-                           workspace_shapes(B, Hq, Dv, S))
+    grid_chunks = chunk_axis(q, k_cache, v_cache, S, max_visible, min_chunk, block_n)
+    ctx = tc.split_k_setup(q, k_cache, v_cache, grid_chunks, partials, partial_lse, block_n, num_warps, num_stages,
+                           workspace_shapes(B, Hq, Dv, grid_chunks))
     partials, partial_lse, tiling, dims = ctx.partials, ctx.partial_lse, ctx.tiling, ctx.dims
     kpage, (kp, kt, kh, kd), (vp, vt, vh, vd) = ctx.page_size, ctx.k_strides, ctx.v_strides
     k_arg, v_arg, e4m3_bits, share_kv = ctx.k_arg, ctx.v_arg, ctx.e4m3_bits, ctx.share_kv
     block_n, cfg = ctx.block_n, ctx.cfg
-    grid_chunks, merge = S, True
-    if max_visible is not None:  # no request takes more chunks than the longest one (counts grow with length)
-        most = split_rule.chunk_count_for_cap(int(max_visible), S, min_chunk, block_n)
-        grid_chunks, merge = max(1, most), most >= 2
+    merge = grid_chunks >= 2  # else every request is finished in stage 1
     visible = tc.visible_arg(window)
     lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
     sinks_t = sinks if sinks is not None else partial_lse
@@ -315,7 +327,7 @@ class AdaptiveSplitKernel:
 
     fp8_mma = False
 
-    def __init__(self, num_sms: Optional[int] = None, max_splits: int = split_rule.MAX_SPLITS,
+    def __init__(self, num_sms: Optional[int] = None, max_splits: Optional[int] = None,
                  min_chunk: int = split_rule.MIN_CHUNK, block_n: Optional[int] = None):
         self.num_sms = num_sms
         self.max_splits = max_splits
@@ -325,15 +337,16 @@ class AdaptiveSplitKernel:
     def plan(self, batch):
         cap = batch.num_splits or self.max_splits
         S, occ = plan_splits(batch.batch_size, batch.num_q_heads, batch.num_kv_heads, device=batch.device,
-                             num_sms=self.num_sms, max_splits=cap, mla=batch.v_from_k)
-        p_shape, l_shape = workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, S)
+                             num_sms=self.num_sms, max_splits=cap, mla=batch.v_from_k, head_dim=batch.head_dim)
+        # The planned lengths bound every launch of this plan (a graph-safe plan is made at the
+        # capacity its graph serves): the grid's chunk axis and the partials stop at the
+        # longest one's chunk count, and stage 2 is not launched when none can take two chunks.
+        longest = max(kv_layout.visible_lengths(batch.seq_lens_host, batch.window), default=0)
+        chunks = chunk_axis(batch.q, batch.k_cache, batch.v_cache, S, longest, self.min_chunk, self.block_n)
+        p_shape, l_shape = workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, chunks)
         partials = batch.workspace.alloc("adaptive_split.partials", p_shape, torch.float32)
         partial_lse = batch.workspace.alloc("adaptive_split.partial_lse", l_shape, torch.float32)
         sinks = batch.sinks.to(device=batch.device, dtype=torch.float32).contiguous() if batch.sinks is not None else None
-        # The planned lengths bound every launch of this plan (a graph-safe plan is made at the
-        # capacity its graph serves): the grid's chunk axis stops at the longest one's count,
-        # and stage 2 is not launched when none can take two chunks.
-        longest = max(kv_layout.visible_lengths(batch.seq_lens_host, batch.window), default=0)
         kw = dict(sm_scale=batch.sm_scale, lse=batch.lse, k_scale=batch.k_scale, v_scale=batch.v_scale,
                   softcap=batch.softcap, sinks=sinks, window=batch.window, splits=S, occupancy=occ,
                   min_chunk=self.min_chunk, partials=partials, partial_lse=partial_lse, block_n=self.block_n,

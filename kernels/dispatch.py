@@ -125,8 +125,12 @@ def decode(q, k_cache, v_cache, kv_indptr, kv_indices, out, *, sm_scale: float, 
                     v_scale=v_scale, window=window)
     else:
         from .adaptive_split import decode_attention_adaptive
+        # known lengths bound this eager launch (never a captured one: its graph replays others)
+        bound = None if lengths is None or _capturing(q.device) else max(
+            kv_layout.visible_lengths(lengths, window), default=0)
         decode_attention_adaptive(q, k_cache, v_cache, kv_indptr, kv_indices, out, sm_scale=sm_scale, lse=lse,
-                                  k_scale=k_scale, v_scale=v_scale, softcap=softcap, sinks=sinks, window=window)
+                                  k_scale=k_scale, v_scale=v_scale, softcap=softcap, sinks=sinks, window=window,
+                                  max_visible=bound)
     return path
 
 

@@ -4,11 +4,12 @@ From the seed design (sglang-style two-stage decode, "split triton decode attent
 length and sm count"): a request's keys are cut into chunks that run in parallel; the chunk
 count is the smaller of
   - a length-based count: chunks of at least MIN_CHUNK keys, and
-  - an occupancy count: about PROGRAMS_PER_SM programs per SM over batch x KV-head tiles,
-    capped at MAX_SPLITS;
+  - an occupancy count: about `programs_per_sm` programs per SM over batch x KV-head tiles,
+    capped at the split cap (both from `launch_shape`);
 and every chunk is a whole number of key blocks. The seed's worked example: on a 132-SM H100,
 Qwen3.6's full-attention shape 16/2/256 (2 KV-head tiles) at batch 1, a 32k request takes
 64 chunks of 512 keys (occupancy 2*132 // 2 = 132, capped at 64; 32768 // 128 = 256 by length).
+The constants below are the H200's (`launch_shape`): the same shape takes 128 chunks of 256.
 
 Ragged batches: the occupancy count gives every request of a batch the same cap, so in a
 batch of 16 requests from 1.6k to 65k keys the longest ones got 4 chunks and finished last
@@ -37,13 +38,23 @@ from __future__ import annotations
 import os
 
 # The seed says "about 2 programs per SM, at most 64 splits" (its RTX follow-up found 32 enough
-# on consumer cards). On an H200 (docs/gpu-runs/2026-11-30-h200/run3/tune.json) 4 programs per
-# SM ran 5-10 % faster than 2 on 32/8/128 at batch 4-32 (e.g. b16 x 64k: 1131 vs 1244 us) and
-# equal elsewhere, while MLA (128 heads x 576, compute-heavy) at batch 8 x 4k was 30 % slower
-# with 4 (117 vs 90 us): GQA/MHA take 4, MLA keeps the seed's 2.
+# on consumer cards). Measured on an H200 (docs/gpu-runs/2026-12-01-h200/, probe rounds 2-3):
+# - programs of 4 warps (head dims up to 128): 4 per SM; 2 per SM was 10 % slower at 32/8/128
+#   1 x 128k (154 vs 140 us) and 5 % on a 16-request ragged batch;
+# - programs of 8 warps (head dims above 128, `triton_common.GPU_CONFIGS`): 2 per SM, the same
+#   16 warps per SM; 4 per SM was 4-6 % slower at 16/2/256 4 x 32k, 32 x 4k, 16 x 4k, 32 x 1k;
+# - MLA (128 query heads on one latent head): 1 per SM. A partial costs Hq x Dv x 8 bytes
+#   (fp32 written and read back): 512 KiB for 128 x 512, 3.6 x the K bytes of a 128-key chunk,
+#   so fewer chunks win: batch 8 x 4k 79 us with 1 per SM, 92 us with 2 (fixed 8 splits 78).
+# The split cap: 128 for GQA/MHA (16/2/256 at 1 x 128k: 85 us with 128 chunks, 101 with 64;
+# 32/8/128 never reaches it: 4 x 132 / 8 tiles = 66), 64 for MLA (1 x 16k: 65 us with 128,
+# 51 with 64).
 PROGRAMS_PER_SM = 4
-MLA_PROGRAMS_PER_SM = 2
-MAX_SPLITS = 64
+WIDE_PROGRAMS_PER_SM = 2
+WIDE_HEAD_DIM = 128  # head dims above this launch 8-warp programs
+MLA_PROGRAMS_PER_SM = 1
+MAX_SPLITS = 128
+MLA_MAX_SPLITS = 64
 # Smallest chunk the length-based count makes (keys). Any value <= 512 reproduces the seed's
 # example; the seed also reports 1k contexts within 1.5% of the fixed 8-split kernel, whose
 # splits there are 128 keys. 128 it is: on an H200 (16/2/256, 1 x 1k) 128-key chunks ran in
@@ -79,6 +90,13 @@ def num_sms(device=None, default: int | None = None) -> int:
     if device.type != "cuda":
         return fallback
     return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def launch_shape(head_dim: int, mla: bool) -> tuple[int, int]:
+    """(programs per SM, split cap) for a head dim (of K) and attention kind."""
+    if mla:
+        return MLA_PROGRAMS_PER_SM, MLA_MAX_SPLITS
+    return (WIDE_PROGRAMS_PER_SM if head_dim > WIDE_HEAD_DIM else PROGRAMS_PER_SM), MAX_SPLITS
 
 
 def occupancy_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = MAX_SPLITS,

@@ -52,9 +52,21 @@ def test_table(why, length, batch, tiles, sms, cap, count, longest):
 
 
 def test_seed_example_is_uniform():
-    ranges = sr.chunk_ranges(32768, batch=1, kv_head_tiles=2, num_sms=132)
+    """With the seed's constants (2 programs per SM, at most 64 splits) the rule reproduces its
+    worked example; with the H200's (8-warp programs at 2 per SM, at most 128) the same shape
+    takes 128 chunks of 256."""
+    ranges = sr.chunk_ranges(32768, batch=1, kv_head_tiles=2, num_sms=132, max_splits=64)
     assert ranges == [(512 * i, 512 * (i + 1)) for i in range(64)]
-    assert sr.grid_splits(1, 2, 132) == 64
+    assert sr.grid_splits(1, 2, 132, max_splits=64, programs_per_sm=2) == 64
+    pps, cap = sr.launch_shape(256, mla=False)
+    assert sr.grid_splits(1, 2, 132, cap, pps) == 128
+    assert sr.chunk_count(32768, 1, 2, 132, cap, programs_per_sm=pps) == 128
+
+
+def test_launch_shape():
+    assert sr.launch_shape(128, mla=False) == (4, 128)  # 4-warp programs
+    assert sr.launch_shape(256, mla=False) == (2, 128)  # 8-warp programs: the same warps per SM
+    assert sr.launch_shape(576, mla=True) == (1, 64)  # MLA: fewer, larger partials
 
 
 # A ragged batch of 16 (32/8/128, 8 tiles, 132 SMs): 1.6k-65k keys, 421k in all.
@@ -63,11 +75,11 @@ RAGGED16 = (1600, 65536, 4096, 32768, 2048, 48000, 8192, 16384, 24576, 1700, 400
 
 def test_ragged_batch_gives_long_requests_their_share():
     """The occupancy count alone gives every request 528 // (16 x 8) = 4 chunks, so the 65k
-    request runs 16k keys per program while the 1.6k one is done; its share of the 64-chunk
-    budget is 10."""
+    request runs 16k keys per program while the 1.6k one is done; its share of the chunk
+    budget (528 // 8 = 66) is ceil(66 x 65536 / 432044) = 11."""
     total = sum(RAGGED16)
     counts = [sr.chunk_count(n, 16, 8, 132, total=total) for n in RAGGED16]
-    assert counts[RAGGED16.index(65536)] == 10 and counts[RAGGED16.index(1600)] == 4
+    assert counts[RAGGED16.index(65536)] == 11 and counts[RAGGED16.index(1600)] == 4
     assert sorted(counts) == [c for _, c in sorted(zip(RAGGED16, counts))], "longer never gets fewer chunks"
     longest_chunk = max(sr.chunk_length(n, c) for n, c in zip(RAGGED16, counts))
     assert longest_chunk <= 8192, longest_chunk  # vs 16384 with the occupancy count alone
@@ -83,8 +95,10 @@ def test_request_cap():
 
 
 def test_constants_are_the_seeds():
-    assert (sr.PROGRAMS_PER_SM, sr.MLA_PROGRAMS_PER_SM) == (4, 2)  # H200-tuned; the seed's 2 for MLA
-    assert sr.MAX_SPLITS == 64
+    # H200-measured (the seed: 2 per SM, 64 splits); test_seed_example_is_uniform shows the
+    # seed's constants still give its worked example
+    assert (sr.PROGRAMS_PER_SM, sr.WIDE_PROGRAMS_PER_SM, sr.MLA_PROGRAMS_PER_SM) == (4, 2, 1)
+    assert (sr.MAX_SPLITS, sr.MLA_MAX_SPLITS) == (128, 64)
     assert sr.KEY_BLOCK == 32
     assert 0 < sr.MIN_CHUNK <= 512 and sr.MIN_CHUNK % sr.KEY_BLOCK == 0
 
