@@ -46,10 +46,10 @@ def chunk_count_device(length, cap, MIN_CHUNK: tl.constexpr, BLOCK: tl.constexpr
 
 @triton.jit
 def request_cap_device(length, total, grid, occupancy):
-    """Mirror of split_rule.request_cap: min(grid, max(occupancy, ceil(grid * length / total)))
-    (int64 products: a 2^31-key batch times a 64-chunk budget)."""
+    """Mirror of split_rule.request_cap: min(grid, max(occupancy, floor(grid * length / total)))
+    (int64 products: a 2^31-key batch times a 128-chunk budget)."""
     # (no .to() on grid / occupancy: an int argument equal to 1 arrives as a constexpr)
-    share = (length.to(tl.int64) * grid + total - 1) // tl.maximum(total, 1).to(tl.int64)
+    share = (length.to(tl.int64) * grid) // tl.maximum(total, 1).to(tl.int64)
     return tl.minimum(tl.maximum(share, occupancy), grid).to(tl.int32)
 
 

@@ -76,10 +76,10 @@ RAGGED16 = (1600, 65536, 4096, 32768, 2048, 48000, 8192, 16384, 24576, 1700, 400
 def test_ragged_batch_gives_long_requests_their_share():
     """The occupancy count alone gives every request 528 // (16 x 8) = 4 chunks, so the 65k
     request runs 16k keys per program while the 1.6k one is done; its share of the chunk
-    budget (528 // 8 = 66) is ceil(66 x 65536 / 432044) = 11."""
+    budget (528 // 8 = 66) is floor(66 x 65536 / 432044) = 10."""
     total = sum(RAGGED16)
     counts = [sr.chunk_count(n, 16, 8, 132, total=total) for n in RAGGED16]
-    assert counts[RAGGED16.index(65536)] == 11 and counts[RAGGED16.index(1600)] == 4
+    assert counts[RAGGED16.index(65536)] == 10 and counts[RAGGED16.index(1600)] == 4
     assert sorted(counts) == [c for _, c in sorted(zip(RAGGED16, counts))], "longer never gets fewer chunks"
     longest_chunk = max(sr.chunk_length(n, c) for n, c in zip(RAGGED16, counts))
     assert longest_chunk <= 8192, longest_chunk  # vs 16384 with the occupancy count alone
@@ -88,10 +88,21 @@ def test_ragged_batch_gives_long_requests_their_share():
 
 
 def test_request_cap():
-    assert sr.request_cap(65536, 431000, 64, 4) == 10  # ceil(64 x 65536 / 431000)
+    assert sr.request_cap(65536, 431000, 64, 4) == 9  # floor(64 x 65536 / 431000)
     assert sr.request_cap(1600, 431000, 64, 4) == 4  # the occupancy count is the floor
     assert sr.request_cap(131072, 131072, 64, 64) == 64  # alone: the whole budget
     assert sr.request_cap(0, 0, 64, 4) == 4  # an all-empty batch (padding rows): no division by 0
+
+
+def test_uniform_batch_keeps_the_occupancy_count():
+    """A share rounded up gave a uniform batch of 4 at 32/8/128 ceil(66 / 4) = 17 chunks: 544
+    programs for the 528 the occupancy count places (4 per SM), a second wave on an H200."""
+    for batch in range(1, 65):
+        for tiles in (1, 2, 4, 8, 16):
+            occ = sr.occupancy_splits(batch, tiles, 132)
+            n = sr.chunk_count(131072, batch, tiles, 132)
+            assert n == occ, (batch, tiles)
+            assert batch * tiles * n <= max(sr.PROGRAMS_PER_SM * 132, batch * tiles), (batch, tiles)
 
 
 def test_constants_are_the_seeds():
