@@ -245,10 +245,10 @@ def decode_attention_adaptive(
     max_visible: a bound on the visible length of every request of every launch of these
     buffers, when the caller has one (a CUDA graph: the capacity it serves). The grid's
     chunk axis then stops at the chunk count of a request that long, and when no request can
-    take two chunks (max_visible < 2 x min_chunk) stage 2 is not launched: each request is
-    finished in stage 1 (one chunk, or none, takes the direct path on the device either
-    way). A request past the bound would be computed only in part: leave it unset when there
-    is no bound.
+    take two chunks (max_visible < 2 x min_chunk, or a budget of one) stage 2 is not
+    launched: each request is finished in stage 1 (one chunk, or none, takes the direct path
+    on the device either way). A request past the bound would be computed only in part:
+    leave it unset when there is no bound.
     stage2_slices: stage-2 programs per (request, head), each merging a slice of the output
     columns (default `tc.stage2_slices`).
     """
