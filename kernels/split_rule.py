@@ -41,18 +41,19 @@ from __future__ import annotations
 import os
 
 # The seed says "about 2 programs per SM, at most 64 splits" (its RTX follow-up found 32 enough
-# on consumer cards). Measured on an H200 (docs/gpu-runs/2026-12-01-h200/, probe rounds 2-3):
-# - programs of 4 warps (head dims up to 128): 4 per SM; 2 per SM was 10 % slower at 32/8/128
-#   1 x 128k (154 vs 140 us) and 5 % on a 16-request ragged batch;
-# - programs of 8 warps (head dims above 128, `triton_common.GPU_CONFIGS`): 2 per SM, the same
-#   16 warps per SM; 4 per SM was 4-6 % slower at 16/2/256 4 x 32k, 32 x 4k, 16 x 4k, 32 x 1k;
+# on consumer cards). On an H200 (docs/gpu-runs/2026-12-01-h200/) the best count is the number
+# of stage-1 programs an SM holds at once, so a uniform batch runs in one full wave:
+# - 4-warp programs (head dims up to 128): 96 registers x 128 threads and 39 KB of shared
+#   memory, 5 per SM; 5 per SM ran 32/8/128 16 x 64k in 981 us (4: 1043-1051, 6: 1259),
+#   4 x 128k 501 (4: 537-600), 32 x 16k 545 (4: 548-618), 1 x 128k 143 (4: 140-158);
+# - 8-warp programs (head dims above 128, `triton_common.GPU_CONFIGS`): 128 registers x 256
+#   threads, 2 per SM; 4 per SM was 4-6 % slower at 16/2/256 4 x 32k, 32 x 4k, 16 x 4k, 32 x 1k;
 # - MLA (128 query heads on one latent head): 1 per SM. A partial costs Hq x Dv x 8 bytes
 #   (fp32 written and read back): 512 KiB for 128 x 512, 3.6 x the K bytes of a 128-key chunk,
 #   so fewer chunks win: batch 8 x 4k 79 us with 1 per SM, 92 us with 2 (fixed 8 splits 78).
-# The split cap: 128 for GQA/MHA (16/2/256 at 1 x 128k: 85 us with 128 chunks, 101 with 64;
-# 32/8/128 never reaches it: 4 x 132 / 8 tiles = 66), 64 for MLA (1 x 16k: 65 us with 128,
-# 51 with 64).
-PROGRAMS_PER_SM = 4
+# The split cap: 128 for GQA/MHA (16/2/256 at 1 x 128k: 85 us with 128 chunks, 101 with 64),
+# 64 for MLA (1 x 16k: 65 us with 128, 51 with 64).
+PROGRAMS_PER_SM = 5
 WIDE_PROGRAMS_PER_SM = 2
 WIDE_HEAD_DIM = 128  # head dims above this launch 8-warp programs
 MLA_PROGRAMS_PER_SM = 1
@@ -167,10 +168,11 @@ def chunk_ranges_for_cap(length: int, cap: int, min_chunk: int = MIN_CHUNK,
 
 def chunk_ranges(length: int, batch: int = 1, kv_head_tiles: int = 1, num_sms: int = DEFAULT_NUM_SMS,
                  max_splits: int = MAX_SPLITS, min_chunk: int = MIN_CHUNK,
-                 block: int = KEY_BLOCK, total: int | None = None) -> list[tuple[int, int]]:
+                 block: int = KEY_BLOCK, total: int | None = None,
+                 programs_per_sm: int = PROGRAMS_PER_SM) -> list[tuple[int, int]]:
     """The [start, end) key ranges of a request's chunks, in order; [] for an empty request."""
-    return chunk_ranges_for_cap(length, _cap(length, batch, kv_head_tiles, num_sms, max_splits, total),
-                                min_chunk, block)
+    return chunk_ranges_for_cap(length, _cap(length, batch, kv_head_tiles, num_sms, max_splits, total,
+                                             programs_per_sm), min_chunk, block)
 
 
 def chunk_length(length: int, n: int, block: int = KEY_BLOCK) -> int:

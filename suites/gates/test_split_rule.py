@@ -18,7 +18,10 @@ from decode_conformance_kernels import split_rule as sr
 # ----------------------------------------------------------------------------------------
 # worked cases
 # ----------------------------------------------------------------------------------------
-# (why, length, batch, kv_head_tiles, num_sms, max_splits, expected count, expected longest chunk)
+# (why, length, batch, kv_head_tiles, num_sms, max_splits, expected count, expected longest chunk),
+# worked at 4 programs per SM (the arithmetic of the rule; the shipped counts per program size
+# are `launch_shape`'s, tested below)
+TABLE_PPS = 4
 TABLE = [
     # The seed: H100 (132 SMs), Qwen3.6 full attention 16/2/256 (2 KV-head tiles), batch 1 x 32k:
     # occupancy 4*132 // 2 = 264 (the seed's 2/SM: 132) -> capped at 64; by length 32768 // 128 = 256
@@ -42,9 +45,9 @@ TABLE = [
 
 @pytest.mark.parametrize("why,length,batch,tiles,sms,cap,count,longest", TABLE, ids=[t[0] for t in TABLE])
 def test_table(why, length, batch, tiles, sms, cap, count, longest):
-    n = sr.chunk_count(length, batch, tiles, sms, max_splits=cap)
+    n = sr.chunk_count(length, batch, tiles, sms, max_splits=cap, programs_per_sm=TABLE_PPS)
     assert n == count, why
-    ranges = sr.chunk_ranges(length, batch, tiles, sms, max_splits=cap)
+    ranges = sr.chunk_ranges(length, batch, tiles, sms, max_splits=cap, programs_per_sm=TABLE_PPS)
     assert len(ranges) == count
     assert sr.chunk_length(length, n) == longest
     if ranges:
@@ -64,7 +67,7 @@ def test_seed_example_is_uniform():
 
 
 def test_launch_shape():
-    assert sr.launch_shape(128, mla=False) == (4, 128)  # 4-warp programs
+    assert sr.launch_shape(128, mla=False) == (5, 128)  # 4-warp programs: 5 fit an H200 SM
     assert sr.launch_shape(256, mla=False) == (2, 128)  # 8-warp programs: the same warps per SM
     assert sr.launch_shape(576, mla=True) == (1, 64)  # MLA: fewer, larger partials
 
@@ -74,15 +77,15 @@ RAGGED16 = (1600, 65536, 4096, 32768, 2048, 48000, 8192, 16384, 24576, 1700, 400
 
 
 def test_ragged_batch_gives_long_requests_their_share():
-    """The occupancy count alone gives every request 528 // (16 x 8) = 4 chunks, so the 65k
-    request runs 16k keys per program while the 1.6k one is done; its share of the chunk
-    budget (528 // 8 = 66) is floor(66 x 65536 / 432044) = 10."""
+    """The occupancy count alone gives every request 660 // (16 x 8) = 5 chunks (5 programs per
+    SM), so the 65k request runs 13k keys per program while the 1.6k one is done; its share of
+    the chunk budget (660 // 8 = 82) is floor(82 x 65536 / 432044) = 12."""
     total = sum(RAGGED16)
     counts = [sr.chunk_count(n, 16, 8, 132, total=total) for n in RAGGED16]
-    assert counts[RAGGED16.index(65536)] == 10 and counts[RAGGED16.index(1600)] == 4
+    assert counts[RAGGED16.index(65536)] == 12 and counts[RAGGED16.index(1600)] == 5
     assert sorted(counts) == [c for _, c in sorted(zip(RAGGED16, counts))], "longer never gets fewer chunks"
     longest_chunk = max(sr.chunk_length(n, c) for n, c in zip(RAGGED16, counts))
-    assert longest_chunk <= 8192, longest_chunk  # vs 16384 with the occupancy count alone
+    assert longest_chunk <= 8192, longest_chunk  # vs 13120 with the occupancy count alone
     # programs: about PROGRAMS_PER_SM per SM (the budget plus one rounding per request, and the floor)
     assert sum(counts) * 8 <= 2 * sr.PROGRAMS_PER_SM * 132
 
@@ -95,8 +98,9 @@ def test_request_cap():
 
 
 def test_uniform_batch_keeps_the_occupancy_count():
-    """A share rounded up gave a uniform batch of 4 at 32/8/128 ceil(66 / 4) = 17 chunks: 544
-    programs for the 528 the occupancy count places (4 per SM), a second wave on an H200."""
+    """A share rounded up gave a uniform batch of 4 at 32/8/128 (then 4 programs per SM, a budget
+    of 66) ceil(66 / 4) = 17 chunks: 544 programs for the 528 the occupancy count places, a
+    second wave on an H200. Rounded down, every uniform batch keeps the occupancy count."""
     for batch in range(1, 65):
         for tiles in (1, 2, 4, 8, 16):
             occ = sr.occupancy_splits(batch, tiles, 132)
@@ -108,7 +112,7 @@ def test_uniform_batch_keeps_the_occupancy_count():
 def test_constants_are_the_seeds():
     # H200-measured (the seed: 2 per SM, 64 splits); test_seed_example_is_uniform shows the
     # seed's constants still give its worked example
-    assert (sr.PROGRAMS_PER_SM, sr.WIDE_PROGRAMS_PER_SM, sr.MLA_PROGRAMS_PER_SM) == (4, 2, 1)
+    assert (sr.PROGRAMS_PER_SM, sr.WIDE_PROGRAMS_PER_SM, sr.MLA_PROGRAMS_PER_SM) == (5, 2, 1)
     assert (sr.MAX_SPLITS, sr.MLA_MAX_SPLITS) == (128, 64)
     assert sr.KEY_BLOCK == 32
     assert 0 < sr.MIN_CHUNK <= 512 and sr.MIN_CHUNK % sr.KEY_BLOCK == 0
