@@ -11,9 +11,12 @@
 #   OUT=$OUT bash benchmarks/h200_close.sh sweeps
 #     5. the perf guard's power again on a quiet host (the CI perf shard's condition);
 #     6. the Lean and split-K sweeps.
+#   OUT=$OUT bash benchmarks/h200_close.sh final
+#     the main job cold once, the kernel table, both sweeps, and fresh sm_90 baselines of the
+#     split-K kernels (after a change to their launch rule).
 # $OUT gets session.log (each step's command, tail, exit code, seconds) and results.tgz.
 set -u
-MODE=${1:?usage: h200_close.sh correctness|perf|sweeps}
+MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final}
 OUT=${OUT:-results}; mkdir -p "$OUT"; export PYTHONUNBUFFERED=1
 RES=/tmp/res; mkdir -p "$RES"
 LOG="$OUT/session.log"
@@ -45,6 +48,17 @@ elif [ "$MODE" = perf ]; then
   step gpu-kill-map-rows 250 python3 ci/mutation.py --profile gpu --device cuda --jobs 2 \
       --only tc_int32_slot_offset lean_int32_slot_offset
   cp fixtures/kill_map.json "$RES/kill_map_gpu.json"
+elif [ "$MODE" = final ]; then
+  export TRITON_CACHE_DIR=/tmp/triton-cold-final
+  step main-job-cold 150 python3 -m pytest suites/parity -n auto -p no:cacheprovider -q -rfE \
+      --durations=15 --conformance-report="$RES/parity"
+  echo "compiled variants: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" >> "$LOG"
+  unset TRITON_CACHE_DIR
+  step table 60 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 50
+  step split-sweep 80 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 70
+  step lean-sweep 60 python3 benchmarks/sweep.py lean --out "$RES" --reps 20 --max-seconds 45
+  step perf-record 100 python3 -m pytest suites/perf -p no:cacheprovider -q --perf-record \
+      --perf-baseline-dir="$RES/baselines" --kernel=adaptive_split --kernel=dispatch --kernel=adaptive_split_fp8mma
 else
   step perf-power-quiet 250 python3 benchmarks/perf_power.py --out "$RES/perf-quiet" --reps 20 --planted-reps 5 \
       --subprocess-runs 0 --max-seconds 220
