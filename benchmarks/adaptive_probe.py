@@ -12,7 +12,6 @@ against SDPA's (or fixed-split's for MLA) before its time counts.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import pathlib
 import sys
@@ -32,7 +31,7 @@ from decode_conformance.metrics import cosine  # noqa: E402
 from decode_conformance.runner import prepare  # noqa: E402
 from decode_conformance_kernels import adaptive_split as new  # noqa: E402
 from decode_conformance_kernels import registry  # noqa: E402
-from kernel_table import _sdpa  # noqa: E402
+from kernel_table import _sdpa, run_meta  # noqa: E402
 from sweep import _case  # noqa: E402
 
 try:
@@ -205,10 +204,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + a.max_seconds
     tbs = timing.copy_bandwidth_tbs()
-    import triton
-    meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__, copy_tbs=tbs,
-                read_tbs=timing.read_bandwidth_tbs(), reps=a.reps, old_kernels=old is not None)
+    meta = run_meta(a.reps, tbs, old_kernels=old is not None)
     print(json.dumps(meta), flush=True)
     rows = probe(a.reps, tbs, deadline, a.variants)
     meta["ir"] = _ir_counts(new._adaptive_stage1)

@@ -170,6 +170,15 @@ def tune(reps, tbs, deadline):
     return rows
 
 
+def run_meta(reps: int, copy_tbs: float, **extra) -> dict:
+    """What a benchmark's JSON records about its run: date, GPU, versions, bandwidths, method."""
+    import triton
+    return dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                copy_tbs=copy_tbs, read_tbs=timing.read_bandwidth_tbs(), reps=reps,
+                method="CUDA-graph replay, 256 MB L2 flush before each, events around the replay, median", **extra)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("mode", choices=("table", "tune"))
@@ -181,11 +190,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + a.max_seconds
     tbs = timing.copy_bandwidth_tbs()
-    import triton
-    meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                copy_tbs=tbs, read_tbs=timing.read_bandwidth_tbs(), reps=a.reps,
-                method="CUDA-graph replay, 256 MB L2 flush before each, events around the replay, median")
+    meta = run_meta(a.reps, tbs)
     print(f"copy {tbs:.2f} TB/s, read {meta['read_tbs']:.2f} TB/s", flush=True)
     if a.mode == "table":
         print("| cell | floor us | adaptive (% floor) | fixed-8 | lean | dispatch | SDPA dense |\n|---|---|---|---|---|---|---|")
