@@ -7,7 +7,7 @@ fixed-split kernel and torch SDPA on dense KV as peers. CUDA-graph replay, 256 M
 before each replay, median (decode_conformance.timing). Each variant's output is checked
 against SDPA's (or fixed-split's for MLA) before its time counts.
 
-    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks] [--reps 20] [--max-seconds 420]
+    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks|waves] [--reps 20] [--max-seconds 420]
 """
 from __future__ import annotations
 
@@ -50,6 +50,21 @@ SHORT = [((32, 8, 128), (4 * K,)), ((16, 2, 256), (4 * K,)), ((32, 8, 128), (K,)
          # one chunk per request (occupancy 1): the direct path
          ((32, 8, 128), (K,) * 128), ((32, 8, 128), (4 * K,) * 96), ((16, 2, 256), (2 * K,) * 300),
          ((32, 8, 128), (200,) * 32)]
+
+
+def _ragged(n, ctx, r, seed=11):
+    g = torch.Generator().manual_seed(seed)
+    lo = int(r * ctx)
+    return tuple(int(x) for x in torch.randint(lo, ctx + 1, (n,), generator=g))
+
+
+# Round 4: batched cells, where the occupancy count leaves part of a wave empty (batch 32 at
+# 32/8/128: 256 programs per chunk, 660 slots, 2 chunks = 78 % of one wave).
+WAVES = [((32, 8, 128), (c,) * b) for b in (8, 16, 32, 64) for c in (K, 4 * K, 16 * K, 64 * K) if b * c <= 2048 * K] + \
+        [((16, 2, 256), (c,) * b) for b in (16, 32, 64) for c in (K, 4 * K, 16 * K)] + \
+        [((28, 4, 128), (c,) * b) for b in (16, 32) for c in (4 * K, 16 * K)] + \
+        [((32, 8, 128), _ragged(b, c, r)) for b in (16, 32) for c in (16 * K, 64 * K) for r in (0.5, 0.1)] + \
+        [((128, 1, 576, 512), (c,) * b) for b in (8, 32) for c in (K, 4 * K)]
 
 
 class _NoLaunch:
@@ -110,9 +125,17 @@ def _chunk_variants(variants, bound, shape, mla):
         variants["S128"] = dict(bound, splits=128)
 
 
+def _wave_variants(variants, bound, case, shape, mla, occ0, S0):
+    """Round 4: the occupancy count (the least cap of a request) from 1 to 8 around the rule's."""
+    for c in sorted({occ0, occ0 + 1, 3, 4, 5, 6, 8, 10, 12, 16} - {occ0}):
+        if 1 <= c <= S0:
+            variants[f"occ{c}"] = dict(bound, occupancy=c)
+
+
 def probe(reps, tbs, deadline, group="launch"):
     rows = []
-    for kind, cells in (("long", LONG), ("short", SHORT)):
+    lists = (("waves", WAVES),) if group == "waves" else (("long", LONG), ("short", SHORT))
+    for kind, cells in lists:
         for shape, lens in cells:
             if time.time() > deadline:
                 return rows
@@ -152,6 +175,9 @@ def probe(reps, tbs, deadline, group="launch"):
                 variants["old"] = dict(_old=True)
             if group == "launch":
                 _launch_variants(variants, bound, kind, shape, mla, case)
+            elif group == "waves":
+                variants.pop("new_s1only")
+                _wave_variants(variants, bound, case, shape, mla, occ0, S0)
             else:
                 _chunk_variants(variants, bound, shape, mla)
             row["S0"], row["occ0"] = S0, occ0
@@ -197,8 +223,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--max-seconds", type=float, default=420)
-    ap.add_argument("--variants", choices=("launch", "chunks"), default="launch",
-                    help="launch: slices, budget, configs (rounds 1-2); chunks: smallest chunk, programs per SM")
+    ap.add_argument("--variants", choices=("launch", "chunks", "waves"), default="launch",
+                    help="launch: slices, budget, configs (rounds 1-2); chunks: smallest chunk, programs per SM; "
+                         "waves: the occupancy count on batched cells")
     a = ap.parse_args()
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -113,7 +113,7 @@ def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, blo
     return counts, starts, ends
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["has_sinks", "store_lse"])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -123,7 +123,7 @@ def _adaptive_stage1(
     PartLse, stride_lb, stride_lh,
     Out, stride_ob, stride_oh, stride_od,
     Lse, stride_lseb, stride_lseh,
-    Sinks, v_scale,
+    Sinks, v_scale, has_sinks, store_lse,
     group, heads_per_tile, tiles_per_kv,
     qk_scale, softcap, visible, grid, occupancy, B,
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
@@ -131,7 +131,6 @@ def _adaptive_stage1(
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
     SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
     MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, FP8_MMA: tl.constexpr,
-    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr,
 ):
     b = tl.program_id(0)
     tile = tl.program_id(1)
@@ -157,23 +156,22 @@ def _adaptive_stage1(
             FP8_MMA)
         if n <= 1:
             tc.store_final(b, head0, acc, m_i, l_i, Out, stride_ob, stride_oh, stride_od,
-                           Lse, stride_lseb, stride_lseh, Sinks, v_scale, heads_per_tile,
-                           DV, BLOCK_H, BLOCK_DV, HAS_SINKS, STORE_LSE)
+                           Lse, stride_lseb, stride_lseh, Sinks, v_scale, heads_per_tile, has_sinks, store_lse,
+                           DV, BLOCK_H, BLOCK_DV)
         else:
             tc.store_partial(b, head0, chunk, acc, m_i, l_i, Part, stride_pb, stride_ph, stride_ps,
                              PartLse, stride_lb, stride_lh, heads_per_tile, DV, BLOCK_H, BLOCK_DV)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["has_sinks", "store_lse"])
 def _adaptive_stage2(
     kv_indptr, visible, grid, occupancy, B,
     Part, stride_pb, stride_ph, stride_ps,
     PartLse, stride_lb, stride_lh,
     Out, stride_ob, stride_oh, stride_od,
     Lse, stride_lseb, stride_lseh,
-    Sinks, v_scale,
-    DV: tl.constexpr, SPLIT_TILE: tl.constexpr, SLICE_DV: tl.constexpr,
-    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr, SMALL_TILE: tl.constexpr,
+    Sinks, v_scale, has_sinks, store_lse,
+    DV: tl.constexpr, SPLIT_TILE: tl.constexpr, SLICE_DV: tl.constexpr, SMALL_TILE: tl.constexpr,
     MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr,
 ):
     b = tl.program_id(0)
@@ -188,7 +186,7 @@ def _adaptive_stage2(
                       PartLse, stride_lb, stride_lh,
                       Out, stride_ob, stride_oh, stride_od,
                       Lse, stride_lseb, stride_lseh,
-                      Sinks, v_scale, DV, SPLIT_TILE, SLICE_DV, HAS_SINKS, STORE_LSE, SMALL_TILE)
+                      Sinks, v_scale, has_sinks, store_lse, DV, SPLIT_TILE, SLICE_DV, SMALL_TILE)
 
 
 def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None, num_sms: Optional[int] = None,
@@ -262,17 +260,18 @@ def decode_attention_adaptive(
     occupancy = max(1, min(int(occupancy), S))
     if S < 1 or min_chunk < 1:
         raise ValueError(f"splits={splits} and min_chunk={min_chunk} must be >= 1")
-    grid_chunks = chunk_axis(q, k_cache, v_cache, S, max_visible, min_chunk, block_n)
-    ctx = tc.split_k_setup(q, k_cache, v_cache, grid_chunks, partials, partial_lse, block_n, num_warps, num_stages,
-                           workspace_shapes(B, Hq, Dv, grid_chunks))
-    partials, partial_lse, tiling, dims = ctx.partials, ctx.partial_lse, ctx.tiling, ctx.dims
+    ctx = tc.split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages)
+    tiling, dims = ctx.tiling, ctx.dims
     kpage, (kp, kt, kh, kd), (vp, vt, vh, vd) = ctx.page_size, ctx.k_strides, ctx.v_strides
     k_arg, v_arg, e4m3_bits, share_kv = ctx.k_arg, ctx.v_arg, ctx.e4m3_bits, ctx.share_kv
     block_n, cfg = ctx.block_n, ctx.cfg
+    grid_chunks = chunk_axis(q, k_cache, v_cache, S, max_visible, min_chunk, block_n)
+    partials, partial_lse = tc.split_k_scratch(q, partials, partial_lse, workspace_shapes(B, Hq, Dv, grid_chunks))
     merge = grid_chunks >= 2  # else every request is finished in stage 1
     visible = tc.visible_arg(window)
     lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
     sinks_t = sinks if sinks is not None else partial_lse
+    flags = (int(sinks is not None), int(lse is not None))  # has_sinks, store_lse: runtime, not constexprs
     _adaptive_stage1[(B, tiling["kv_head_tiles"], grid_chunks)](
         q, q.stride(0), q.stride(1), q.stride(2),
         k_arg, kp, kt, kh, kd,
@@ -282,13 +281,12 @@ def decode_attention_adaptive(
         partial_lse, partial_lse.stride(0), partial_lse.stride(1),
         out, out.stride(0), out.stride(1), out.stride(2),
         lse_t, lse_t.stride(0), lse_t.stride(1),
-        sinks_t, float(v_scale),
+        sinks_t, float(v_scale), *flags,
         tiling["group"], tiling["heads_per_tile"], tiling["tiles_per_kv"],
         float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, visible, S, occupancy, B,
         BLOCK_H=tiling["BLOCK_H"], BLOCK_N=block_n, SOFTCAP=bool(softcap),
         SHARE_KV=share_kv, E4M3_BITS=e4m3_bits,
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma),
-        HAS_SINKS=sinks is not None, STORE_LSE=lse is not None,
         **dims, **cfg)
     if not merge:
         return
@@ -301,9 +299,8 @@ def decode_attention_adaptive(
         partial_lse, partial_lse.stride(0), partial_lse.stride(1),
         out, out.stride(0), out.stride(1), out.stride(2),
         lse_t, lse_t.stride(0), lse_t.stride(1),
-        sinks_t, float(v_scale),
+        sinks_t, float(v_scale), *flags,
         DV=Dv, SPLIT_TILE=tile, SLICE_DV=slice_dv, SMALL_TILE=min(tile, tc.STAGE2_SMALL_TILE),
-        HAS_SINKS=sinks is not None, STORE_LSE=lse is not None,
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n,
         num_warps=4 if tile * slice_dv <= 4096 else 8, num_stages=1)
 

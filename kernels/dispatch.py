@@ -113,11 +113,13 @@ def decode(q, k_cache, v_cache, kv_indptr, kv_indices, out, *, sm_scale: float, 
         lengths = seq_lens.tolist() if isinstance(seq_lens, torch.Tensor) else list(seq_lens)
     elif kv_indptr.device.type == "cpu":
         lengths = (kv_indptr[1:B + 1] - kv_indptr[:B]).tolist()
+    gate_lengths = _gate_lengths(lengths, window)
+    capturing = _capturing(q.device)
     path = choose_path(
         batch=B, num_q_heads=Hq, kv_group=Hq // Hkv,
-        **_gate_lengths(lengths, window),
+        **gate_lengths,
         is_mla=k_cache.shape[-1] != v_cache.shape[-1], enable_lean=enable_lean, softcap=softcap,
-        sinks=sinks is not None, capturing=_capturing(q.device),
+        sinks=sinks is not None, capturing=capturing,
         gpu_class=gpu_class if gpu_class is not None else gpu_class_of(q.device), table=table)
     if path == LEAN:
         from .lean import lean_decode
@@ -126,8 +128,7 @@ def decode(q, k_cache, v_cache, kv_indptr, kv_indices, out, *, sm_scale: float, 
     else:
         from .adaptive_split import decode_attention_adaptive
         # known lengths bound this eager launch (never a captured one: its graph replays others)
-        bound = None if lengths is None or _capturing(q.device) else max(
-            kv_layout.visible_lengths(lengths, window), default=0)
+        bound = None if capturing else gate_lengths["max_len"]
         decode_attention_adaptive(q, k_cache, v_cache, kv_indptr, kv_indices, out, sm_scale=sm_scale, lse=lse,
                                   k_scale=k_scale, v_scale=v_scale, softcap=softcap, sinks=sinks, window=window,
                                   max_visible=bound)

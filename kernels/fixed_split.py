@@ -57,29 +57,28 @@ def _fixed_stage1(
     start = vis_start + split * split_len
     end = tl.minimum(start + split_len, L)
     if start < end:
-        tc.stage1_store(
-            b, tile, split, start, end,
+        acc, m_i, l_i, head0 = tc.attend_tile(
+            b, tile, start, end,
             Q, stride_qb, stride_qh, stride_qd,
             K, stride_kp, stride_kt, stride_kh, stride_kd,
             V, stride_vp, stride_vt, stride_vh, stride_vd,
             page_size, kv_indices + lo.to(tl.int64),
-            Part, stride_pb, stride_ph, stride_ps,
-            PartLse, stride_lb, stride_lh,
             group, heads_per_tile, tiles_per_kv, qk_scale, softcap,
             D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS,
             FP8_MMA)
+        tc.store_partial(b, head0, split, acc, m_i, l_i, Part, stride_pb, stride_ph, stride_ps,
+                         PartLse, stride_lb, stride_lh, heads_per_tile, DV, BLOCK_H, BLOCK_DV)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["has_sinks", "store_lse"])
 def _fixed_stage2(
     kv_indptr, visible, num_splits,
     Part, stride_pb, stride_ph, stride_ps,
     PartLse, stride_lb, stride_lh,
     Out, stride_ob, stride_oh, stride_od,
     Lse, stride_lseb, stride_lseh,
-    Sinks, v_scale,
-    DV: tl.constexpr, SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr,
-    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr, SPLIT_ALIGN: tl.constexpr,
+    Sinks, v_scale, has_sinks, store_lse,
+    DV: tl.constexpr, SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr, SPLIT_ALIGN: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -93,7 +92,7 @@ def _fixed_stage2(
                   PartLse, stride_lb, stride_lh,
                   Out, stride_ob, stride_oh, stride_od,
                   Lse, stride_lseb, stride_lseh,
-                  Sinks, v_scale, DV, SPLIT_TILE, BLOCK_DV, HAS_SINKS, STORE_LSE, SPLIT_TILE)
+                  Sinks, v_scale, has_sinks, store_lse, DV, SPLIT_TILE, BLOCK_DV, SPLIT_TILE)
 
 
 workspace_shapes = tc.partial_shapes
@@ -134,9 +133,9 @@ def decode_attention_fixed(
     S = int(num_splits)
     if S < 1:
         raise ValueError(f"num_splits: expected >= 1, got {num_splits}")
-    ctx = tc.split_k_setup(q, k_cache, v_cache, S, partials, partial_lse, block_n, num_warps, num_stages,
-                           workspace_shapes(B, Hq, Dv, S))
-    partials, partial_lse, tiling, dims = ctx.partials, ctx.partial_lse, ctx.tiling, ctx.dims
+    partials, partial_lse = tc.split_k_scratch(q, partials, partial_lse, workspace_shapes(B, Hq, Dv, S))
+    ctx = tc.split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages)
+    tiling, dims = ctx.tiling, ctx.dims
     kpage, (kp, kt, kh, kd), (vp, vt, vh, vd) = ctx.page_size, ctx.k_strides, ctx.v_strides
     k_arg, v_arg, e4m3_bits, share_kv = ctx.k_arg, ctx.v_arg, ctx.e4m3_bits, ctx.share_kv
     block_n, cfg = ctx.block_n, ctx.cfg
@@ -163,8 +162,8 @@ def decode_attention_fixed(
         out, out.stride(0), out.stride(1), out.stride(2),
         lse_t, lse_t.stride(0), lse_t.stride(1),
         sinks if sinks is not None else partial_lse, float(v_scale),
-        DV=Dv, SPLIT_TILE=tile, BLOCK_DV=dims["BLOCK_DV"],
-        HAS_SINKS=sinks is not None, STORE_LSE=lse is not None, SPLIT_ALIGN=SPLIT_ALIGN,
+        int(sinks is not None), int(lse is not None),  # has_sinks, store_lse: runtime, not constexprs
+        DV=Dv, SPLIT_TILE=tile, BLOCK_DV=dims["BLOCK_DV"], SPLIT_ALIGN=SPLIT_ALIGN,
         num_warps=4 if tile * dims["BLOCK_DV"] <= 4096 else 8, num_stages=1)
 
 

@@ -5,8 +5,8 @@ Device side (@triton.jit, called from the kernels' own stage-1/stage-2 programs)
   attend_range     online softmax of one (request, KV head, head tile) over keys [start, end)
   attend_tile      attend_range for one (request, head tile): the tile's KV head and query heads
   store_partial    the normalised partial and its LSE, at a split index
+  flag_mask        a runtime flag (sinks, lse) as a load / store mask
   store_final      the direct path: a one-chunk request's out / lse written in stage 1
-  stage1_store     attend_tile + store_partial
   merge_partials   stage 2: merge `count` partials, SPLIT_TILE of them per step
   finalize_rows    sinks + zero-length rows + normalisation, for stage 2 and the direct path
   stage2_row       merge_partials + finalize_rows + store of out / lse (one column slice)
@@ -215,56 +215,32 @@ def store_partial(b, head0, split, acc, m_i, l_i,
 
 
 @triton.jit
+def flag_mask(idx, flag):
+    """A runtime 0/1 flag as a mask shaped like the int tensor `idx` (Triton's interpreter
+    rejects a scalar mask)."""
+    return (idx * 0 + flag) != 0
+
+
+@triton.jit
 def store_final(b, head0, acc, m_i, l_i,
                 Out, stride_ob, stride_oh, stride_od,
                 Lse, stride_lseb, stride_lseh,
-                Sinks, v_scale, heads_per_tile,
-                DV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_DV: tl.constexpr,
-                HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr):
+                Sinks, v_scale, heads_per_tile, has_sinks, store_lse,
+                DV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_DV: tl.constexpr):
     """The direct path of a request that takes one chunk (or none): its rows finished in stage 1
-    (`finalize_rows`), out and lse written here; no partial, and stage 2 leaves the row alone."""
+    (`finalize_rows`), out and lse written here; no partial, and stage 2 leaves the row alone.
+    has_sinks / store_lse are runtime flags (see `finalize_rows`)."""
     rows = tl.arange(0, BLOCK_H)
     row_mask = rows < heads_per_tile
     heads = head0 + rows
-    sink = tl.zeros([BLOCK_H], dtype=tl.float32)
-    if HAS_SINKS:
-        sink = tl.load(Sinks + heads, mask=row_mask, other=0.0).to(tl.float32)
-    out, lse = finalize_rows(acc, l_i, m_i, sink, v_scale, HAS_SINKS)
+    sink = tl.load(Sinks + heads, mask=row_mask & flag_mask(rows, has_sinks), other=float("-inf")).to(tl.float32)
+    out, lse = finalize_rows(acc, l_i, m_i, sink, v_scale)
     b64 = b.to(tl.int64)
     heads64 = heads.to(tl.int64)
     offs_v = tl.arange(0, BLOCK_DV)
     tl.store(Out + b64 * stride_ob + heads64[:, None] * stride_oh + offs_v[None, :] * stride_od,
              out.to(Out.dtype.element_ty), mask=row_mask[:, None] & (offs_v[None, :] < DV))
-    if STORE_LSE:
-        tl.store(Lse + b64 * stride_lseb + heads64 * stride_lseh, lse, mask=row_mask)
-
-
-@triton.jit
-def stage1_store(
-    b, tile, split, start, end,
-    Q, stride_qb, stride_qh, stride_qd,
-    K, stride_kp, stride_kt, stride_kh, stride_kd,
-    V, stride_vp, stride_vt, stride_vh, stride_vd,
-    page_size, idx_ptr,
-    Part, stride_pb, stride_ph, stride_ps,
-    PartLse, stride_lb, stride_lh,
-    group, heads_per_tile, tiles_per_kv,
-    qk_scale, softcap,
-    D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
-    SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr, FP8_MMA: tl.constexpr,
-):
-    """One stage-1 program with a non-empty range: its partial written at split index `split`."""
-    acc, m_i, l_i, head0 = attend_tile(
-        b, tile, start, end,
-        Q, stride_qb, stride_qh, stride_qd,
-        K, stride_kp, stride_kt, stride_kh, stride_kd,
-        V, stride_vp, stride_vt, stride_vh, stride_vd,
-        page_size, idx_ptr, group, heads_per_tile, tiles_per_kv, qk_scale, softcap,
-        D_MAIN, D_PE, DV, BLOCK_H, BLOCK_N, BLOCK_DMODEL, BLOCK_DPE, BLOCK_DV, SOFTCAP, SHARE_KV, E4M3_BITS, FP8_MMA)
-    store_partial(b, head0, split, acc, m_i, l_i, Part, stride_pb, stride_ph, stride_ps,
-                  PartLse, stride_lb, stride_lh, heads_per_tile, DV, BLOCK_H, BLOCK_DV)
+    tl.store(Lse + b64 * stride_lseb + heads64 * stride_lseh, lse, mask=row_mask & flag_mask(rows, store_lse))
 
 
 @triton.jit
@@ -296,16 +272,19 @@ def merge_partials(part_ptr, stride_ps, lse_ptr, count, n_cols,
 
 
 @triton.jit
-def finalize_rows(acc, denom, m, sink, v_scale, HAS_SINKS: tl.constexpr):
+def finalize_rows(acc, denom, m, sink, v_scale):
     """Rows of (acc [R, DV] = sum of exp(score - m) v, denom [R], m [R]) -> (out [R, DV] fp32,
     lse [R]): the sink joins the denominator only, a row with nothing visible gets out = 0
-    exactly and lse = -inf (or the sink). Shared by stage 2 and the one-chunk direct path."""
-    if HAS_SINKS:
-        m_new = tl.maximum(m, sink)
-        scale = tl.exp(m - m_new)
-        acc = acc * scale[:, None]
-        denom = denom * scale + tl.exp(sink - m_new)
-        m = m_new
+    exactly and lse = -inf (or the sink). Shared by stage 2 and the one-chunk direct path.
+    No sinks = a sink of -inf: it adds exactly 0 and rescales by exactly 1, so the bits are
+    those of the same kernel without the sink term, and one compiled kernel serves launches
+    with and without sinks (the flag is a runtime argument, not a constexpr: fewer variants)."""
+    m_new = tl.maximum(m, sink)
+    m_ref = tl.where(m_new > float("-inf"), m_new, 0.0)  # empty row, no sink: nothing to rescale
+    scale = tl.exp(m - m_ref)
+    acc = acc * scale[:, None]
+    denom = denom * scale + tl.exp(sink - m_ref)
+    m = m_new
     has = denom > 0
     d_safe = tl.where(has, denom, 1.0)
     out = tl.where(has[:, None], acc * (v_scale / d_safe)[:, None], 0.0)
@@ -320,9 +299,8 @@ def stage2_row(
     PartLse, stride_lb, stride_lh,
     Out, stride_ob, stride_oh, stride_od,
     Lse, stride_lseb, stride_lseh,
-    Sinks, v_scale,
-    DV: tl.constexpr, SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr,
-    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr, SMALL_TILE: tl.constexpr,
+    Sinks, v_scale, has_sinks, store_lse,
+    DV: tl.constexpr, SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr, SMALL_TILE: tl.constexpr,
 ):
     """Stage 2 for one (request, query head) and output columns [dv0, dv0 + BLOCK_DV): merge
     `count` partials, finish the row (`finalize_rows`), store out and, from the slice at
@@ -341,16 +319,14 @@ def stage2_row(
     else:
         acc, denom, m = merge_partials(part_ptr, stride_ps, lse_ptr, count, DV - dv0, SPLIT_TILE, BLOCK_DV)
     one = tl.zeros([1], dtype=tl.float32)
-    sink = one
-    if HAS_SINKS:
-        sink = one + tl.load(Sinks + h).to(tl.float32)
-    out, lse = finalize_rows(acc[None, :], one + denom, one + m, sink, v_scale, HAS_SINKS)
+    first = tl.zeros([1], dtype=tl.int32) + dv0
+    sink = tl.load(Sinks + h + first * 0, mask=flag_mask(first, has_sinks), other=float("-inf")).to(tl.float32)
+    out, lse = finalize_rows(acc[None, :], one + denom, one + m, sink, v_scale)
     offs_v = dv0 + tl.arange(0, BLOCK_DV)
     tl.store(Out + b64 * stride_ob + h64 * stride_oh + offs_v[None, :] * stride_od,
              out.to(Out.dtype.element_ty), mask=offs_v[None, :] < DV)
-    if STORE_LSE:
-        first = tl.zeros([1], dtype=tl.int32) + dv0
-        tl.store(Lse + b64 * stride_lseb + h64 * stride_lseh + first * 0, lse, mask=first == 0)
+    tl.store(Lse + b64 * stride_lseb + h64 * stride_lseh + first * 0, lse,
+             mask=(first == 0) & flag_mask(first, store_lse))
 
 
 # ----------------------------------------------------------------------------------------
@@ -521,23 +497,11 @@ def partial_shapes(batch: int, num_q_heads: int, v_head_dim: int, splits: int):
     return (batch, num_q_heads, splits, v_head_dim), (batch, num_q_heads, splits)
 
 
-def split_k_setup(q, k_cache, v_cache, splits: int, partials, partial_lse, block_n, num_warps, num_stages,
-                  shapes):
-    """Host work shared by the two-stage split-K launchers: scratch (allocated when not given,
-    else checked against `shapes` = (partials shape, partial-lse shape)), GQA tiling, head-dim
-    split, cache addressing, fp8 operand form and the launch config."""
+def split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages):
+    """Host work shared by the two-stage split-K launchers: GQA tiling, head-dim split, cache
+    addressing, fp8 operand form and the launch config (block_n: the caller's, else the
+    config's)."""
     import types
-    import torch
-    p_shape, l_shape = shapes
-    if partials is None:
-        partials = torch.empty(p_shape, dtype=torch.float32, device=q.device)
-    if partial_lse is None:
-        partial_lse = torch.empty(l_shape, dtype=torch.float32, device=q.device)
-    if tuple(partials.shape) != p_shape or tuple(partial_lse.shape) != l_shape:
-        raise ValueError(f"partials {tuple(partials.shape)} / partial_lse {tuple(partial_lse.shape)}: "
-                         f"expected {p_shape} / {l_shape}")
-    if partials.stride(-1) != 1 or partial_lse.stride(-1) != 1:
-        raise ValueError("partials and partial_lse need a unit last stride")
     B, Hq, Dk = q.shape
     Hkv, Dv = k_cache.shape[-2], v_cache.shape[-1]
     dims = head_dims(Dk, Dv)
@@ -552,6 +516,23 @@ def split_k_setup(q, k_cache, v_cache, splits: int, partials, partial_lse, block
     if num_stages:
         cfg["num_stages"] = num_stages
     return types.SimpleNamespace(
-        partials=partials, partial_lse=partial_lse, tiling=head_tiling(Hq, Hkv), dims=dims, page_size=page_size,
+        tiling=head_tiling(Hq, Hkv), dims=dims, page_size=page_size,
         k_strides=k_strides, v_strides=v_strides, share_kv=share_kv, k_arg=k_arg, v_arg=v_arg,
         e4m3_bits=e4m3_bits, block_n=block_n or default_block_n, cfg=cfg)
+
+
+def split_k_scratch(q, partials, partial_lse, shapes):
+    """The partials and their LSEs: allocated when not given, else checked against `shapes` =
+    (partials shape, partial-lse shape)."""
+    import torch
+    p_shape, l_shape = shapes
+    if partials is None:
+        partials = torch.empty(p_shape, dtype=torch.float32, device=q.device)
+    if partial_lse is None:
+        partial_lse = torch.empty(l_shape, dtype=torch.float32, device=q.device)
+    if tuple(partials.shape) != p_shape or tuple(partial_lse.shape) != l_shape:
+        raise ValueError(f"partials {tuple(partials.shape)} / partial_lse {tuple(partial_lse.shape)}: "
+                         f"expected {p_shape} / {l_shape}")
+    if partials.stride(-1) != 1 or partial_lse.stride(-1) != 1:
+        raise ValueError("partials and partial_lse need a unit last stride")
+    return partials, partial_lse
