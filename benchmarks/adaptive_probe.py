@@ -165,7 +165,7 @@ def probe(reps, tbs, deadline, group="launch"):
                 print(json.dumps(row), flush=True)
                 torch.cuda.empty_cache()
                 continue
-            S0, occ0 = new.plan_splits(case.batch, shape[0], shape[1], device="cuda", mla=mla)
+            S0, occ0 = new.plan_splits(case.batch, shape[0], shape[1], device="cuda", mla=mla, head_dim=shape[2])
             longest = max(lens)
             args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
             base = dict(sm_scale=case.sm_scale, lse=batch.lse)
@@ -192,6 +192,9 @@ def probe(reps, tbs, deadline, group="launch"):
                     S, occ = new.plan_splits(case.batch, shape[0], shape[1], num_sms=kw.pop("num_sms"), mla=mla)
                     kw |= dict(splits=S, occupancy=occ)
                 splits = kw.get("splits", S0)
+                if kw.get("max_visible") is not None:  # the partials stop at the bound's chunk count
+                    splits = new.chunk_axis(batch.q, batch.k_cache, batch.v_cache, splits, kw["max_visible"],
+                                            kw.get("min_chunk", new.split_rule.MIN_CHUNK), kw.get("block_n"))
                 p = torch.empty((case.batch, shape[0], splits, case.v_head_dim), device="cuda")
                 pl = torch.empty((case.batch, shape[0], splits), device="cuda")
                 saved = mod._adaptive_stage2

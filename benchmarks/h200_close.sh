@@ -57,8 +57,9 @@ elif [ "$MODE" = final ]; then
   step table 60 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 50
   step split-sweep 80 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 70
   step lean-sweep 60 python3 benchmarks/sweep.py lean --out "$RES" --reps 20 --max-seconds 45
-  step perf-record 70 python3 -m pytest suites/perf -p no:cacheprovider -q --perf-record \
-      --perf-baseline-dir="$RES/baselines" --kernel=adaptive_split --kernel=dispatch --kernel=adaptive_split_fp8mma
+  step perf-record 100 python3 -m pytest suites/perf -p no:cacheprovider -q --perf-record \
+      --perf-baseline-dir="$RES/baselines" --kernel=adaptive_split --kernel=dispatch --kernel=adaptive_split_fp8mma \
+      --kernel=fixed_split
 else
   step perf-power-quiet 250 python3 benchmarks/perf_power.py --out "$RES/perf-quiet" --reps 20 --planted-reps 5 \
       --subprocess-runs 0 --max-seconds 220

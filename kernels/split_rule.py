@@ -5,7 +5,8 @@ length and sm count"): a request's keys are cut into chunks that run in parallel
 count is the smaller of
   - a length-based count: chunks of at least MIN_CHUNK keys, and
   - an occupancy count: about `programs_per_sm` programs per SM over batch x KV-head tiles,
-    capped at the split cap (both from `launch_shape`);
+    capped at the split cap (both from `launch_shape`), raised to fill whole waves when one
+    wave would be left part empty (`occupancy_splits`);
 and every chunk is a whole number of key blocks. The seed's worked example: on a 132-SM H100,
 Qwen3.6's full-attention shape 16/2/256 (2 KV-head tiles) at batch 1, a 32k request takes
 64 chunks of 512 keys (occupancy 2*132 // 2 = 132, capped at 64; 32768 // 128 = 256 by length).
@@ -59,6 +60,18 @@ WIDE_HEAD_DIM = 128  # head dims above this launch 8-warp programs
 MLA_PROGRAMS_PER_SM = 1
 MAX_SPLITS = 128
 MLA_MAX_SPLITS = 64
+# Whole waves: the occupancy count floor(slots / (batch x tiles)) fills one wave of stage-1
+# programs, but only in part when a chunk's programs are a large share of it: 32/8/128 at
+# batch 32 is 256 programs per chunk, so 2 chunks use 512 of an H200's 660 slots (78 %). Then
+# the count is the smallest one, up to 4x the occupancy count, that fills >= WAVE_FILL of the
+# slots of its waves: 5 chunks, 1280 of 2 x 660 (97 %). H200, one batch per cell, 32/8/128
+# (docs/gpu-runs/2026-12-01-h200/probe4): 32 x 16k 522 us with 5 chunks, 561 with 2, 545 with 4
+# (78 % again), 667 with 3 (58 %); 32 x 64k 1982 vs 2171; counts whose fill is >= 97 % already
+# (batch 8 and 16, every 16/2/256 batch) gained nothing from more chunks. A count of 1 stays 1:
+# one chunk is the direct path with no stage 2 (128 x 1k: 143 us against 168 for 8 splits).
+# 0.9 from the same cells: time tracked the fill - at 32 x 16k counts filling 93-97 % ran
+# 522-531 us, 89 % 542, 78 % 545-561, 58 % 667 - and >= 90 % kept the counts within 2 % of the best.
+WAVE_FILL = 0.9
 # Smallest chunk the length-based count makes (keys). Any value <= 512 reproduces the seed's
 # example; the seed also reports 1k contexts within 1.5% of the fixed 8-split kernel, whose
 # splits there are 128 keys. 128 it is: on an H200 (16/2/256, 1 x 1k) 128-key chunks ran in
@@ -103,14 +116,29 @@ def launch_shape(head_dim: int, mla: bool) -> tuple[int, int]:
     return (WIDE_PROGRAMS_PER_SM if head_dim > WIDE_HEAD_DIM else PROGRAMS_PER_SM), MAX_SPLITS
 
 
+def wave_fill(programs: int, slots: int) -> float:
+    """The fraction of the program slots used over the waves `programs` equal programs take
+    (`slots` = programs per SM x SMs)."""
+    return programs / (_cdiv(programs, slots) * slots)
+
+
 def occupancy_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = MAX_SPLITS,
                      programs_per_sm: int = PROGRAMS_PER_SM) -> int:
-    """Chunks per request that put about `programs_per_sm` stage-1 programs on every SM,
-    in [1, max_splits]."""
+    """Chunks per request for a batch of equal requests, in [1, max_splits]: the count that puts
+    about `programs_per_sm` stage-1 programs on every SM (floor(slots / (batch x tiles))), or,
+    when that count (>= 2) leaves more than a tenth of its wave empty, the smallest count up to
+    4x it whose waves are >= WAVE_FILL full (else the fullest of them)."""
     if batch < 1 or kv_head_tiles < 1 or num_sms < 1 or max_splits < 1:
         raise ValueError(f"occupancy_splits: batch={batch}, kv_head_tiles={kv_head_tiles}, "
                          f"num_sms={num_sms}, max_splits={max_splits} must all be >= 1")
-    return max(1, min(max_splits, (programs_per_sm * num_sms) // (batch * kv_head_tiles)))
+    slots, per_chunk = programs_per_sm * num_sms, batch * kv_head_tiles
+    floor_count = max(1, min(max_splits, slots // per_chunk))
+    if floor_count < 2:  # one chunk: the direct path (no stage 2, no partials)
+        return floor_count
+    counts = range(floor_count, min(max_splits, 4 * floor_count) + 1)
+    fill = {c: wave_fill(per_chunk * c, slots) for c in counts}
+    full = [c for c in counts if fill[c] >= WAVE_FILL]
+    return full[0] if full else max(counts, key=lambda c: (fill[c], -c))
 
 
 def grid_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = MAX_SPLITS,

@@ -100,13 +100,40 @@ def test_request_cap():
 def test_uniform_batch_keeps_the_occupancy_count():
     """A share rounded up gave a uniform batch of 4 at 32/8/128 (then 4 programs per SM, a budget
     of 66) ceil(66 / 4) = 17 chunks: 544 programs for the 528 the occupancy count places, a
-    second wave on an H200. Rounded down, every uniform batch keeps the occupancy count."""
+    second wave on an H200. Rounded down, every uniform batch keeps the occupancy count, and
+    its programs fill their waves at least as well as the one-wave count does."""
+    slots = sr.PROGRAMS_PER_SM * 132
     for batch in range(1, 65):
         for tiles in (1, 2, 4, 8, 16):
             occ = sr.occupancy_splits(batch, tiles, 132)
             n = sr.chunk_count(131072, batch, tiles, 132)
             assert n == occ, (batch, tiles)
-            assert batch * tiles * n <= max(sr.PROGRAMS_PER_SM * 132, batch * tiles), (batch, tiles)
+            one_wave = max(1, min(sr.MAX_SPLITS, slots // (batch * tiles)))
+            assert n >= one_wave, (batch, tiles)
+            assert sr.wave_fill(batch * tiles * n, slots) >= min(sr.WAVE_FILL, sr.wave_fill(batch * tiles * one_wave,
+                                                                                          slots)), (batch, tiles)
+
+
+# (batch, KV-head tiles, programs per SM, split cap, chunks): H200 shapes, 132 SMs. The
+# arithmetic: slots = programs per SM x 132; the one-wave count is floor(slots / (batch x tiles)).
+WAVES = [
+    # 32/8/128 batch 32: 256 programs per chunk; 2 chunks fill 512 / 660 (78 %), 3: 768 / 1320,
+    # 4: 1024 / 1320, 5: 1280 / 1320 (97 %)
+    (32, 8, 5, 128, 5),
+    (16, 8, 5, 128, 5),  # 640 / 660 already: unchanged
+    (8, 8, 5, 128, 10),  # 640 / 660
+    # batch 24: 3 chunks 576 / 660 (87 %); 4-9 at most 87 %; 10: 1920 / 1980 (97 %)
+    (24, 8, 5, 128, 10),
+    (64, 8, 5, 128, 1),  # one chunk (512 / 660) stays one: the direct path
+    (32, 2, 2, 128, 4),  # 16/2/256: 256 / 264
+    (8, 8, 1, 64, 2),  # MLA, 1 per SM: 128 / 132
+    (4, 8, 5, 3, 3),  # the split cap bounds the search: 3 chunks (96 / 660)
+]
+
+
+@pytest.mark.parametrize("batch,tiles,pps,cap,count", WAVES)
+def test_occupancy_fills_whole_waves(batch, tiles, pps, cap, count):
+    assert sr.occupancy_splits(batch, tiles, 132, cap, pps) == count
 
 
 def test_constants_are_the_seeds():
@@ -171,10 +198,9 @@ def test_count_bounds():
         n = _count(p)
         grid = sr.grid_splits(p["batch"], p["tiles"], p["sms"], max_splits=p["cap"])
         assert 1 <= grid <= p["cap"], p
-        # a uniform batch: about PROGRAMS_PER_SM programs per SM (a request's share of the budget is
-        # rounded up, so at most one program more per request and tile)
-        assert p["batch"] * p["tiles"] * n <= max(sr.PROGRAMS_PER_SM * p["sms"], p["batch"] * p["tiles"]) \
-            + p["batch"] * p["tiles"], p
+        # a uniform batch: at most 4 waves of PROGRAMS_PER_SM programs per SM (the wave-filling count
+        # stops at 4x the one-wave count), or one chunk per request
+        assert p["batch"] * p["tiles"] * n <= max(4 * sr.PROGRAMS_PER_SM * p["sms"], p["batch"] * p["tiles"]), p
         if p["length"] == 0:
             assert n == 0, p
         else:
