@@ -52,14 +52,20 @@ def _case(shape, lens, seed=7) -> Case:
                 mla=mla, seq_lens=tuple(lens), layout="paged", page_size=16, seed=seed)
 
 
-def _time_kernel(name, case, reps):
-    kernel = getattr(registry, name)()
-    batch = prepare(kernel, case, "cuda")
-    launch = kernel.plan(batch)
+def _prepare(case):
+    """One prepared batch per cell, shared by every kernel timed on it: two preparations of one
+    cell put the KV pool at different addresses, which moved one launch's time by up to 8-15 %
+    on an H200 (docs/gpu-runs/2026-12-01-h200/README.md), more than the differences compared."""
+    return prepare(registry.adaptive_split(), case, "cuda")
+
+
+def _time_kernel(name, batch, reps):
+    """`name`'s median time on the prepared batch, and its output (a copy)."""
+    launch = getattr(registry, name)().plan(batch)
     us = timing.graph_median_us(launch, "cuda", reps=reps)
     launch()
     torch.cuda.synchronize()
-    return us, batch
+    return us, batch.out.clone()
 
 
 def _sdpa_dense(case, batch):
@@ -90,15 +96,16 @@ def split_sweep(reps, tbs, quick=False, deadline=float("inf")):
         mla = len(shape) == 4
         row["floor_us"] = timing.kv_floor_us(bsz, ctx, shape[1], shape[2], 2, tbs, v_head_dim=0 if mla else None)
         try:
-            ad_us, ad = _time_kernel("adaptive_split", case, reps)
-            fx_us, fx = _time_kernel("fixed_split", case, reps)
-            sd_launch, sd_out = _sdpa_dense(case, ad)
+            batch = _prepare(case)
+            ad_us, ad_out = _time_kernel("adaptive_split", batch, reps)
+            fx_us, fx_out = _time_kernel("fixed_split", batch, reps)
+            sd_launch, sd_out = _sdpa_dense(case, batch)
             sd_us = timing.graph_median_us(sd_launch, "cuda", reps=reps)
             sd_launch()
             torch.cuda.synchronize()
             row.update(adaptive_us=ad_us, fixed_us=fx_us, sdpa_us=sd_us,
-                       cos_adaptive=cosine(ad.out, sd_out[:, :, 0]), cos_fixed=cosine(fx.out, sd_out[:, :, 0]))
-            del sd_out, sd_launch
+                       cos_adaptive=cosine(ad_out, sd_out[:, :, 0]), cos_fixed=cosine(fx_out, sd_out[:, :, 0]))
+            del sd_out, sd_launch, batch
         except torch.cuda.OutOfMemoryError as e:
             row["error"] = f"OOM: {e}"[:200]
         rows.append(row)
@@ -130,9 +137,11 @@ def lean_sweep(reps, tbs, quick=False, deadline=float("inf")):
         row = {"shape": "/".join(map(str, shape)), "batch": bsz, "ctx": ctx, "ratio": ratio,
                "mean_len": sum(lens) / len(lens), "max_len": max(lens)}
         try:
-            ln_us, ln = _time_kernel("lean", case, reps)
-            ad_us, ad = _time_kernel("adaptive_split", case, reps)
-            row.update(lean_us=ln_us, adaptive_us=ad_us, speedup=ad_us / ln_us, cos=cosine(ln.out, ad.out))
+            batch = _prepare(case)
+            ln_us, ln_out = _time_kernel("lean", batch, reps)
+            ad_us, ad_out = _time_kernel("adaptive_split", batch, reps)
+            row.update(lean_us=ln_us, adaptive_us=ad_us, speedup=ad_us / ln_us, cos=cosine(ln_out, ad_out))
+            del batch
         except torch.cuda.OutOfMemoryError as e:
             row["error"] = f"OOM: {e}"[:200]
         rows.append(row)
