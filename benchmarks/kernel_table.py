@@ -30,6 +30,7 @@ _paths.alias_checkout()
 from decode_conformance import timing  # noqa: E402
 from decode_conformance.cases import Case  # noqa: E402
 from decode_conformance.metrics import cosine  # noqa: E402
+from decode_conformance.batch import Workspace  # noqa: E402
 from decode_conformance.runner import prepare  # noqa: E402
 from decode_conformance_kernels import registry  # noqa: E402
 
@@ -97,6 +98,7 @@ def table(reps, tbs, deadline):
                     row["sdpa_us"] = timing.graph_median_us(ref_launch, "cuda", reps=reps)
                     ref_launch()
                     ref_out = ref_get()
+                batch.workspace = Workspace(batch.device)  # each kernel plans its own scratch
                 launch = kernel.plan(batch)
                 us = timing.graph_median_us(launch, "cuda", reps=reps)
                 batch.repoison_outputs()

@@ -28,6 +28,7 @@ from decode_conformance import _paths  # noqa: E402
 _paths.alias_checkout()
 
 from decode_conformance import timing  # noqa: E402
+from decode_conformance.batch import Workspace  # noqa: E402
 from decode_conformance.cases import Case  # noqa: E402
 from decode_conformance.metrics import cosine  # noqa: E402
 from decode_conformance.runner import prepare  # noqa: E402
@@ -61,6 +62,7 @@ def _prepare(case):
 
 def _time_kernel(name, batch, reps):
     """`name`'s median time on the prepared batch, and its output (a copy)."""
+    batch.workspace = Workspace(batch.device)  # each kernel plans its own scratch
     launch = getattr(registry, name)().plan(batch)
     us = timing.graph_median_us(launch, "cuda", reps=reps)
     launch()
