@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gc
 import statistics
+import time
 from typing import Callable, Optional
 
 import torch
@@ -135,11 +136,35 @@ def event_times_us(fn: Callable[[], None], device, reps: int, flush: Optional[Ca
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
 
 
+# A GPU left idle while the host prepares the next batch runs its first replays slower: on an
+# H200 the first of four medians taken on one batch was 10-14 % above the other three, for
+# whichever kernel came first, and a second batch prepared meanwhile was not slower
+# (docs/gpu-runs/2026-12-01-h200/probe5) - the GPU's state, not the memory. So samples start
+# after this much wall time of untimed, flushed replays.
+WARMUP_S = 0.2
+
+
+def warm_up(fn: Callable[[], None], device, flush: Optional[Callable[[], None]] = None,
+            seconds: float = WARMUP_S, max_calls: int = 5000) -> int:
+    """Run `fn` (flushed) untimed for `seconds` of wall time; returns the calls made."""
+    t0, n = time.perf_counter(), 0
+    while n < max_calls:
+        for _ in range(10):
+            if flush is not None:
+                flush()
+            fn()
+        n += 10
+        torch.cuda.synchronize(device)
+        if time.perf_counter() - t0 >= seconds:
+            break
+    return n
+
+
 def replay_times_us(graph: torch.cuda.CUDAGraph, device, reps: int = 50, flush: bool = True,
                     flush_mode: str = "zero") -> list[float]:
-    """Replay times of a captured graph (one untimed replay first), L2 flushed before each."""
+    """Replay times of a captured graph, L2 flushed before each, after `warm_up`."""
     fl = L2Flush(device, flush_mode) if flush else None
-    graph.replay()
+    warm_up(graph.replay, device, fl)
     return event_times_us(graph.replay, device, reps, fl)
 
 
