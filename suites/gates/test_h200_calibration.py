@@ -8,26 +8,27 @@ import pytest
 from decode_conformance.resources import data_path
 from decode_conformance_kernels import lean_gate
 
-# A copy of the re-sweep's lean.json (docs/gpu-runs/2026-11-30-h200-cold/), with each row's
-# max_len, shipped with the gate table.
+# A copy of the Dec 1 re-sweep's lean.json (docs/gpu-runs/2026-12-01-h200/close7/: both kernels
+# on one prepared batch, after the timing warm-up), each row with its max_len, shipped with the
+# gate table.
 SWEEP = data_path("gates", "sm_90_lean_sweep.json")
 
-# (shape, batch, ctx, r). Ragged cells where Lean measured 0.98-0.99x: the ragged rule cannot
-# tell them from the ragged cells of the same batch size and raggedness where it won.
-RAGGED_LOSSES = {("28/4/128", 16, 65536, 0.5), ("28/4/128", 32, 16384, 0.5), ("128/1/576/512", 16, 65536, 0.1)}
-# Uniform cells where Lean measured 1.001-1.015x (ties within replay noise): left off.
-UNIFORM_TIES = {("32/8/128", 8, 16384, 1.0), ("32/8/128", 32, 16384, 1.0), ("28/4/128", 16, 16384, 1.0),
-                ("28/4/128", 32, 16384, 1.0), ("28/4/128", 32, 131072, 1.0)}
-EAGER_MISSES = RAGGED_LOSSES | UNIFORM_TIES
+MLA = "128/1/576/512"
+# (shape, batch, ctx, r). MLA ragged cells the longest / average rule (1.5) puts on the wrong
+# side: at batch 8 Lean won by 1.2x at r = 0.5 (longest / average 1.28-1.30) and tied or lost at
+# r = 0.1 (1.41-1.61); at batch 16-32 the order is the other way round.
+MLA_RAGGED_MISSES = {(MLA, 8, 16384, 0.1), (MLA, 8, 16384, 0.5), (MLA, 8, 65536, 0.5), (MLA, 8, 131072, 0.1),
+                     (MLA, 8, 131072, 0.5), (MLA, 16, 65536, 0.5), (MLA, 32, 131072, 0.1)}
+# Uniform cells where Lean measured 1.004-1.009x (ties within replay noise): left off.
+UNIFORM_TIES = {("28/4/128", 16, 16384, 1.0), ("28/4/128", 32, 16384, 1.0)}
+EAGER_MISSES = MLA_RAGGED_MISSES | UNIFORM_TIES
 # Capture time knows no lengths: GQA at batch >= 8 bakes Lean, so the uniform cells there that
-# Lean lost (0.975-0.998x) are misses, and MLA is never baked, so its ragged wins are.
-CAPTURE_MISSES = {("28/4/128", 16, 65536, 0.5), ("28/4/128", 32, 16384, 0.5)} | {
-    ("32/8/128", 8, 65536, 1.0), ("32/8/128", 8, 131072, 1.0), ("32/8/128", 16, 16384, 1.0),
-    ("32/8/128", 16, 65536, 1.0), ("32/8/128", 16, 131072, 1.0), ("32/8/128", 32, 65536, 1.0),
-    ("28/4/128", 8, 16384, 1.0), ("28/4/128", 8, 65536, 1.0), ("28/4/128", 8, 131072, 1.0),
-    ("28/4/128", 16, 65536, 1.0), ("28/4/128", 16, 131072, 1.0), ("28/4/128", 32, 65536, 1.0),
-} | {("128/1/576/512", b, c, 0.1) for b, c in ((8, 65536), (8, 131072), (16, 16384), (16, 131072), (32, 16384),
-                                             (32, 65536), (32, 131072))}
+# Lean lost (0.966-0.994x) are misses, and MLA is never baked, so its ragged wins are.
+CAPTURE_MISSES = {(s, b, c, 1.0) for s in ("32/8/128", "28/4/128") for b in (8, 16, 32)
+                  for c in (16384, 65536, 131072)} - UNIFORM_TIES | {
+    (MLA, 8, 16384, 0.1), (MLA, 8, 16384, 0.5), (MLA, 8, 65536, 0.1), (MLA, 8, 65536, 0.5), (MLA, 8, 131072, 0.5),
+    (MLA, 16, 16384, 0.1), (MLA, 16, 65536, 0.1), (MLA, 16, 65536, 0.5), (MLA, 16, 131072, 0.1),
+    (MLA, 32, 16384, 0.1), (MLA, 32, 65536, 0.1)}
 
 
 def _rows():
