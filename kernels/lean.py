@@ -62,7 +62,7 @@ __all__ = [
 # ----------------------------------------------------------------------------------------
 # Device code
 # ----------------------------------------------------------------------------------------
-@triton.jit
+@triton.jit(do_not_specialize=["B", "window"])
 def lean_tile_offsets_kernel(kv_indptr, tile_off, B, window, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
     """One program: tile_off[0] = 0, tile_off[b + 1] = sum_{b' <= b} ceil(visible_b' / BLOCK_N)."""
     offs = tl.arange(0, BLOCK_B)
@@ -90,7 +90,7 @@ def _lean_store_final(O, LSE, b, heads, hmask, offs_dv, acc, m_i, l_i, v_scale,
     tl.store(LSE + b * stride_lb + heads * stride_lh, lse, mask=hmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["B", "window"])
 def lean_decode_kernel(
     Q, K, V, O, LSE,
     kv_indptr, kv_indices, tile_off,

@@ -30,6 +30,14 @@ from . import kv_layout
 from .kv_layout import MIN_DOT, cache_addressing, next_pow2, visible_arg  # noqa: F401 (visible_arg: the kernels' tc.visible_arg)
 
 MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score tile)
+# Integer arguments the split-K kernels take as plain runtime values. Triton otherwise compiles
+# a variant per value class of every int argument (equal to 1, divisible by 16, other): batch
+# 1 vs more, a window of 4096 vs 4097, MHA's group of 1 ... each doubled the kernels a test run
+# compiles, for arithmetic done once per program (or a division by the page size, which is no
+# cheaper for a multiple of 16). Strides keep their specialization: it decides vector loads.
+# Names absent from a kernel's signature are ignored.
+RUNTIME_INTS = ("page_size", "group", "heads_per_tile", "tiles_per_kv", "visible", "grid", "occupancy", "B",
+                "num_splits", "has_sinks", "store_lse")
 STAGE2_TILE_ELEMS = 8192  # the seed: a stage-2 tile holds at most 8192 fp32 elements
 STAGE2_MAX_TILE = 64  # ... and at most 64 splits
 STAGE2_SMALL_TILE = 8  # counts up to this are merged with a tile this wide (the fixed kernel's 8 splits)
