@@ -14,11 +14,15 @@
 #   OUT=$OUT bash benchmarks/h200_close.sh final
 #     the main job cold once, the kernel table, both sweeps, and fresh sm_90 baselines of the
 #     split-K kernels (after a change to their launch rule).
+#   OUT=$OUT bash benchmarks/h200_close.sh last
+#     for a short device budget: the main job cold, sm_90 baselines of every shipped kernel, the
+#     kernel table, then the split sweep for whatever time is left; each step's output is written
+#     straight to $OUT, so a call cut off at its limit still returns the steps it finished.
 # $OUT gets session.log (each step's command, tail, exit code, seconds) and results.tgz.
 set -u
-MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final}
+MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final|last}
 OUT=${OUT:-results}; mkdir -p "$OUT"; export PYTHONUNBUFFERED=1
-RES=/tmp/res; mkdir -p "$RES"
+RES=/tmp/res; [ "$MODE" = last ] && RES="$OUT"; mkdir -p "$RES"
 LOG="$OUT/session.log"
 step() {  # step NAME LIMIT_S CMD...
   local name=$1 limit=$2; shift 2
@@ -60,6 +64,18 @@ elif [ "$MODE" = final ]; then
   step perf-record 100 python3 -m pytest suites/perf -p no:cacheprovider -q --perf-record \
       --perf-baseline-dir="$RES/baselines" --kernel=adaptive_split --kernel=dispatch --kernel=adaptive_split_fp8mma \
       --kernel=fixed_split
+elif [ "$MODE" = last ]; then
+  export TRITON_CACHE_DIR=/tmp/triton-cold-last
+  step main-job-cold 130 python3 -m pytest suites/parity -n auto -p no:cacheprovider -q -rfE \
+      --durations=15 --conformance-report="$RES/parity"
+  echo "compiled variants: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" >> "$LOG"
+  unset TRITON_CACHE_DIR
+  step perf-record 60 python3 -m pytest suites/perf -p no:cacheprovider -q --perf-record \
+      --perf-baseline-dir="$RES/baselines" --kernel=adaptive_split --kernel=dispatch --kernel=adaptive_split_fp8mma \
+      --kernel=fixed_split --kernel=lean
+  step table 45 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 38
+  step split-sweep 60 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 50
+  cat "$LOG"; exit 0
 else
   step perf-power-quiet 250 python3 benchmarks/perf_power.py --out "$RES/perf-quiet" --reps 20 --planted-reps 5 \
       --subprocess-runs 0 --max-seconds 220
