@@ -113,7 +113,7 @@ def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, blo
     return counts, starts, ends
 
 
-@triton.jit(do_not_specialize=tc.RUNTIME_INTS)
+@triton.jit(do_not_specialize=["has_sinks", "store_lse"])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -163,7 +163,7 @@ def _adaptive_stage1(
                              PartLse, stride_lb, stride_lh, heads_per_tile, DV, BLOCK_H, BLOCK_DV)
 
 
-@triton.jit(do_not_specialize=tc.RUNTIME_INTS)
+@triton.jit(do_not_specialize=["has_sinks", "store_lse"])
 def _adaptive_stage2(
     kv_indptr, visible, grid, occupancy, B,
     Part, stride_pb, stride_ph, stride_ps,

@@ -30,14 +30,12 @@ from . import kv_layout
 from .kv_layout import MIN_DOT, cache_addressing, next_pow2, visible_arg  # noqa: F401 (visible_arg: the kernels' tc.visible_arg)
 
 MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score tile)
-# Integer arguments the split-K kernels take as plain runtime values. Triton otherwise compiles
-# a variant per value class of every int argument (equal to 1, divisible by 16, other): batch
-# 1 vs more, a window of 4096 vs 4097, MHA's group of 1 ... each doubled the kernels a test run
-# compiles, for arithmetic done once per program (or a division by the page size, which is no
-# cheaper for a multiple of 16). Strides keep their specialization: it decides vector loads.
-# Names absent from a kernel's signature are ignored.
-RUNTIME_INTS = ("page_size", "group", "heads_per_tile", "tiles_per_kv", "visible", "grid", "occupancy", "B",
-                "num_splits", "has_sinks", "store_lse")
+# The split-K kernels keep Triton's default specialization of their int arguments (a variant per
+# value class: equal to 1, divisible by 16, other). Taking page size, group, tiling, batch, window
+# and flags as plain runtime values cut the main job's compiled variants from 515 to 393 on the
+# H200 but made the split-K kernels 10-69 % slower on every cell of the kernel table there
+# (triton 3.6; docs/gpu-runs/2026-12-01-h200/close8), so only Lean, whose speed did not move,
+# leaves its batch and window unspecialized.
 STAGE2_TILE_ELEMS = 8192  # the seed: a stage-2 tile holds at most 8192 fp32 elements
 STAGE2_MAX_TILE = 64  # ... and at most 64 splits
 STAGE2_SMALL_TILE = 8  # counts up to this are merged with a tile this wide (the fixed kernel's 8 splits)
