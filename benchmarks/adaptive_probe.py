@@ -125,8 +125,8 @@ def _chunk_variants(variants, bound, shape, mla):
         variants["S128"] = dict(bound, splits=128)
 
 
-def _wave_variants(variants, bound, case, shape, mla, occ0, S0):
-    """Round 4: the occupancy count (the least cap of a request) from 1 to 8 around the rule's."""
+def _wave_variants(variants, bound, occ0, S0):
+    """Round 4: occupancy counts 3-16 and the rule's count + 1, besides the rule's own (at most S0)."""
     for c in sorted({occ0, occ0 + 1, 3, 4, 5, 6, 8, 10, 12, 16} - {occ0}):
         if 1 <= c <= S0:
             variants[f"occ{c}"] = dict(bound, occupancy=c)
@@ -177,7 +177,7 @@ def probe(reps, tbs, deadline, group="launch"):
                 _launch_variants(variants, bound, kind, shape, mla, case)
             elif group == "waves":
                 variants.pop("new_s1only")
-                _wave_variants(variants, bound, case, shape, mla, occ0, S0)
+                _wave_variants(variants, bound, occ0, S0)
             else:
                 _chunk_variants(variants, bound, shape, mla)
             row["S0"], row["occ0"] = S0, occ0

@@ -33,18 +33,26 @@ step() {  # step NAME LIMIT_S CMD...
   tail -n 25 "$RES/$name.log" >> "$LOG"
   echo "=== $name: rc=$rc, $(( ($(date +%s%N) - s) / 1000000 )) ms" >> "$LOG"
 }
+main_job_cold() {  # main_job_cold NAME LIMIT_S REPORT: README's main job, its own empty Triton cache
+  export TRITON_CACHE_DIR=/tmp/triton-cold-$MODE-$1  # never one a previous call filled
+  step "$1" "$2" python3 -m pytest suites/parity -n auto -p no:cacheprovider -q -rfE \
+      --durations=15 --conformance-report="$RES/$3"
+  echo "compiled variants: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" >> "$LOG"
+  unset TRITON_CACHE_DIR
+}
+record_baselines() {  # record_baselines LIMIT_S KERNEL...: sm_90 baselines under $RES/baselines
+  local limit=$1; shift
+  step perf-record "$limit" python3 -m pytest suites/perf -p no:cacheprovider -q --perf-record \
+      --perf-baseline-dir="$RES/baselines" "${@/#/--kernel=}"
+}
 { date -u; cat COMMIT 2>/dev/null
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
   echo "cpus $(nproc)"; } > "$LOG" 2>&1
 if [ "$MODE" = correctness ]; then
   for run in 1 2; do
-    export TRITON_CACHE_DIR=/tmp/triton-cold-$run
-    step "main-job-cold-$run" 150 python3 -m pytest suites/parity -n auto -p no:cacheprovider -q -rfE \
-        --durations=15 --conformance-report="$RES/parity-$run"
-    echo "compiled variants: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" >> "$LOG"
+    main_job_cold "main-job-cold-$run" 150 "parity-$run"
   done
-  unset TRITON_CACHE_DIR
   step table 110 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 95
 elif [ "$MODE" = perf ]; then
   step perf-power 330 python3 benchmarks/perf_power.py --out "$RES/perf" --reps 20 --planted-reps 5 \
@@ -53,26 +61,14 @@ elif [ "$MODE" = perf ]; then
       --only tc_int32_slot_offset lean_int32_slot_offset
   cp fixtures/kill_map.json "$RES/kill_map_gpu.json"
 elif [ "$MODE" = final ]; then
-  export TRITON_CACHE_DIR=/tmp/triton-cold-final
-  step main-job-cold 150 python3 -m pytest suites/parity -n auto -p no:cacheprovider -q -rfE \
-      --durations=15 --conformance-report="$RES/parity"
-  echo "compiled variants: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" >> "$LOG"
-  unset TRITON_CACHE_DIR
+  main_job_cold main-job-cold 150 parity
   step table 60 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 50
   step split-sweep 80 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 70
   step lean-sweep 60 python3 benchmarks/sweep.py lean --out "$RES" --reps 20 --max-seconds 45
-  step perf-record 100 python3 -m pytest suites/perf -p no:cacheprovider -q --perf-record \
-      --perf-baseline-dir="$RES/baselines" --kernel=adaptive_split --kernel=dispatch --kernel=adaptive_split_fp8mma \
-      --kernel=fixed_split
+  record_baselines 100 adaptive_split dispatch adaptive_split_fp8mma fixed_split
 elif [ "$MODE" = last ]; then
-  export TRITON_CACHE_DIR=/tmp/triton-cold-last
-  step main-job-cold 130 python3 -m pytest suites/parity -n auto -p no:cacheprovider -q -rfE \
-      --durations=15 --conformance-report="$RES/parity"
-  echo "compiled variants: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" >> "$LOG"
-  unset TRITON_CACHE_DIR
-  step perf-record 60 python3 -m pytest suites/perf -p no:cacheprovider -q --perf-record \
-      --perf-baseline-dir="$RES/baselines" --kernel=adaptive_split --kernel=dispatch --kernel=adaptive_split_fp8mma \
-      --kernel=fixed_split --kernel=lean
+  main_job_cold main-job-cold 130 parity
+  record_baselines 60 adaptive_split dispatch adaptive_split_fp8mma fixed_split lean
   step table 45 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 38
   step split-sweep 60 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 50
   cat "$LOG"; exit 0

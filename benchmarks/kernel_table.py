@@ -30,9 +30,9 @@ _paths.alias_checkout()
 from decode_conformance import timing  # noqa: E402
 from decode_conformance.cases import Case  # noqa: E402
 from decode_conformance.metrics import cosine  # noqa: E402
-from decode_conformance.batch import Workspace  # noqa: E402
 from decode_conformance.runner import prepare  # noqa: E402
 from decode_conformance_kernels import registry  # noqa: E402
+from sweep import shared_batch, time_on_batch  # noqa: E402
 
 K = 1024
 RAGGED16 = (1600, 65536, 4096, 32768, 2048, 48000, 8192, 16384, 24576, 1700, 40000, 60000, 12000, 30000, 57000, 28144)
@@ -87,25 +87,17 @@ def table(reps, tbs, deadline):
         case = _case(shape, lens)
         row = dict(cell=_label(shape, lens), shape=shape, lens=list(lens), floor_us=_floor_us(case, tbs))
         ref_launch, ref_out = None, None
-        # one batch for every kernel of the cell: two preparations put the KV pool at different
-        # addresses, which moved one launch's time by up to 8-15 % (Dec 1 record)
-        batch = prepare(registry.adaptive_split(), case, "cuda")
+        batch = shared_batch(case)
         for name in KERNELS:
             try:
-                kernel = getattr(registry, name)()
                 if ref_launch is None:
                     ref_launch, ref_get = _sdpa(case, batch)
                     row["sdpa_us"] = timing.graph_median_us(ref_launch, "cuda", reps=reps)
                     ref_launch()
                     ref_out = ref_get()
-                batch.workspace = Workspace(batch.device)  # each kernel plans its own scratch
-                launch = kernel.plan(batch)
-                us = timing.graph_median_us(launch, "cuda", reps=reps)
-                batch.repoison_outputs()
-                launch()
-                torch.cuda.synchronize()
+                us, out = time_on_batch(name, batch, reps)
                 row[f"{name}_us"] = us
-                row[f"{name}_cos"] = cosine(batch.out.float(), ref_out.float())
+                row[f"{name}_cos"] = cosine(out.float(), ref_out.float())
             except Exception as e:  # one kernel's failure must not take the table down
                 row[f"{name}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
         del batch, ref_out

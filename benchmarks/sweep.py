@@ -53,18 +53,20 @@ def _case(shape, lens, seed=7) -> Case:
                 mla=mla, seq_lens=tuple(lens), layout="paged", page_size=16, seed=seed)
 
 
-def _prepare(case):
-    """One prepared batch per cell, shared by every kernel timed on it: two preparations of one
-    cell put the KV pool at different addresses, which moved one launch's time by up to 8-15 %
-    on an H200 (docs/gpu-runs/2026-12-01-h200/README.md), more than the differences compared."""
+def shared_batch(case):
+    """One prepared batch per cell, shared by every kernel timed on it (kernels compared on the
+    same inputs at the same addresses; `timing.warm_up` covers the idle GPU's slow first
+    replays that once looked like a difference between preparations)."""
     return prepare(registry.adaptive_split(), case, "cuda")
 
 
-def _time_kernel(name, batch, reps):
-    """`name`'s median time on the prepared batch, and its output (a copy)."""
+def time_on_batch(name, batch, reps):
+    """`name`'s median time on the shared batch, and the output of one more launch after the
+    outputs are re-poisoned (a copy)."""
     batch.workspace = Workspace(batch.device)  # each kernel plans its own scratch
     launch = getattr(registry, name)().plan(batch)
     us = timing.graph_median_us(launch, "cuda", reps=reps)
+    batch.repoison_outputs()
     launch()
     torch.cuda.synchronize()
     return us, batch.out.clone()
@@ -98,9 +100,9 @@ def split_sweep(reps, tbs, quick=False, deadline=float("inf")):
         mla = len(shape) == 4
         row["floor_us"] = timing.kv_floor_us(bsz, ctx, shape[1], shape[2], 2, tbs, v_head_dim=0 if mla else None)
         try:
-            batch = _prepare(case)
-            ad_us, ad_out = _time_kernel("adaptive_split", batch, reps)
-            fx_us, fx_out = _time_kernel("fixed_split", batch, reps)
+            batch = shared_batch(case)
+            ad_us, ad_out = time_on_batch("adaptive_split", batch, reps)
+            fx_us, fx_out = time_on_batch("fixed_split", batch, reps)
             sd_launch, sd_out = _sdpa_dense(case, batch)
             sd_us = timing.graph_median_us(sd_launch, "cuda", reps=reps)
             sd_launch()
@@ -139,9 +141,9 @@ def lean_sweep(reps, tbs, quick=False, deadline=float("inf")):
         row = {"shape": "/".join(map(str, shape)), "batch": bsz, "ctx": ctx, "ratio": ratio,
                "mean_len": sum(lens) / len(lens), "max_len": max(lens)}
         try:
-            batch = _prepare(case)
-            ln_us, ln_out = _time_kernel("lean", batch, reps)
-            ad_us, ad_out = _time_kernel("adaptive_split", batch, reps)
+            batch = shared_batch(case)
+            ln_us, ln_out = time_on_batch("lean", batch, reps)
+            ad_us, ad_out = time_on_batch("adaptive_split", batch, reps)
             row.update(lean_us=ln_us, adaptive_us=ad_us, speedup=ad_us / ln_us, cos=cosine(ln_out, ad_out))
             del batch
         except torch.cuda.OutOfMemoryError as e:
