@@ -7,7 +7,15 @@ fixed-split kernel and torch SDPA on dense KV as peers. CUDA-graph replay, 256 M
 before each replay, median (decode_conformance.timing). Each variant's output is checked
 against SDPA's (or fixed-split's for MLA) before its time counts.
 
-    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks|waves] [--reps 20] [--max-seconds 420]
+    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks|waves|pipeline] [--reps 20] [--max-seconds 420]
+
+Round 5 (`--variants pipeline`): key-block pipelining. Compiled for sm_90, the stage-1 loop of
+the shipped configs (num_stages 3, and Lean's 2) keeps one K and one V buffer and waits for
+every copy at the top of each step (the slot-id load feeding the K/V addresses takes one of
+the pipeline's stages): a step's loads do not overlap its math. num_stages 5 gives two
+buffers per operand and a real prefetch. This round times launch configurations that
+double-buffer, each with the programs per SM its shared memory and registers allow, for the
+split-K kernels and Lean, on the kernel table's cells and a few batched ones.
 """
 from __future__ import annotations
 
@@ -132,6 +140,84 @@ def _wave_variants(variants, bound, occ0, S0):
             variants[f"occ{c}"] = dict(bound, occupancy=c)
 
 
+# Round 5 cells: the kernel table's, and batched / ragged ones where many programs share an SM.
+PIPE_CELLS = [((32, 8, 128), (128 * K,)), ((16, 2, 256), (128 * K,)), ((32, 8, 128), (32 * K,)),
+              ((16, 2, 256), (32 * K,)), ((16, 2, 256), (32 * K,) * 4), ((32, 8, 128), (128 * K,) * 4),
+              ((32, 8, 128), RAGGED16), ((32, 8, 128), (4 * K,)), ((16, 2, 256), (4 * K,)),
+              ((32, 8, 128), (16 * K,) * 32), ((16, 2, 256), (4 * K,) * 32), ((32, 8, 128), (K,))]
+# (BLOCK_N, warps, stages, programs per SM) per head dim; the first is the shipped config.
+# Programs per SM from the sm_90 compile: shared memory (227 KB per SM) and registers.
+PIPE_SPLIT = {128: ((64, 4, 3, 5), (32, 4, 5, 5), (64, 4, 5, 3), (32, 4, 7, 4), (64, 8, 5, 3)),
+              256: ((64, 8, 3, 2), (32, 8, 5, 2), (32, 4, 5, 3), (32, 4, 7, 2), (64, 8, 6, 1))}
+PIPE_LEAN = {128: ((128, 4, 2, 2), (64, 4, 5, 2), (32, 4, 5, 3), (128, 4, 5, 1)),
+             256: ((64, 4, 2, 2), (32, 4, 5, 2), (32, 8, 5, 2), (64, 8, 6, 1))}
+
+
+def pipeline_probe(reps, tbs, deadline, device="cuda", cells=None):
+    from decode_conformance_kernels import fixed_split, lean, split_rule
+    sms = split_rule.num_sms(device)
+    rows = []
+    for shape, lens in cells or PIPE_CELLS:
+        if time.time() > deadline:
+            break
+        case = _case(shape, lens)
+        d = shape[2]
+        row = dict(cell=_label(shape, lens), floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads, d, 2, tbs))
+        batch = prepare(registry.adaptive_split(), case, device)
+        args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
+        lse = torch.empty(case.batch, shape[0], device=device)
+
+        def timed(name, fn, check=True):
+            if time.time() > deadline:
+                return
+            try:
+                row[name] = timing.graph_median_us(fn, device, reps=reps)
+                if check:
+                    batch.out.fill_(float("nan"))
+                    fn()
+                    if batch.out.is_cuda:
+                        torch.cuda.synchronize()
+                    c = cosine(batch.out.float(), ref)
+                    if not c > 0.999:
+                        row[name + "_WRONG"] = c
+            except Exception as e:
+                row[name + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+
+        s_launch, s_get = _sdpa(case, batch)
+        row["sdpa"] = timing.graph_median_us(s_launch, device, reps=reps)
+        s_launch()
+        ref = s_get().float().clone()
+        tiles = new.tc.head_tiling(shape[0], shape[1])["kv_head_tiles"]
+        for bn, w, st, pps in PIPE_SPLIT[d]:
+            S = split_rule.grid_splits(case.batch, tiles, sms, split_rule.MAX_SPLITS, pps)
+            occ = split_rule.occupancy_splits(case.batch, tiles, sms, split_rule.MAX_SPLITS, pps)
+            chunks = new.chunk_axis(batch.q, batch.k_cache, batch.v_cache, S, max(lens), block_n=bn)
+            p = torch.empty((case.batch, shape[0], chunks, d), device=device)
+            pl = torch.empty((case.batch, shape[0], chunks), device=device)
+            kw = dict(sm_scale=case.sm_scale, lse=lse, splits=S, occupancy=occ, max_visible=max(lens),
+                      partials=p, partial_lse=pl, block_n=bn, num_warps=w, num_stages=st)
+            timed(f"ad_{bn}x{w}x{st}_p{pps}", lambda kw=kw: new.decode_attention_adaptive(*args, **kw))
+            if (bn, w, st, pps) == PIPE_SPLIT[d][0] and max(lens) >= 32 * K:  # the budget one wave up
+                occ2 = split_rule.occupancy_splits(case.batch, tiles, sms, split_rule.MAX_SPLITS, pps + 1)
+                timed(f"ad_{bn}x{w}x{st}_p{pps + 1}", lambda kw=kw: new.decode_attention_adaptive(
+                    *args, **dict(kw, occupancy=occ2)))
+        fp = torch.empty((case.batch, shape[0], 8, d), device=device)
+        fpl = torch.empty((case.batch, shape[0], 8), device=device)
+        for bn, w, st, _ in PIPE_SPLIT[d][:3]:
+            timed(f"fx_{bn}x{w}x{st}", lambda bn=bn, w=w, st=st: fixed_split.decode_attention_fixed(
+                *args, sm_scale=case.sm_scale, lse=lse, partials=fp, partial_lse=fpl, block_n=bn, num_warps=w,
+                num_stages=st))
+        for bn, w, st, mult in PIPE_LEAN[d]:
+            launch = lean.plan_lean(*args, lse, sm_scale=case.sm_scale, programs=sms * mult, block_n=bn,
+                                    num_warps=w, num_stages=st)
+            timed(f"lean_{bn}x{w}x{st}_g{mult}", launch)
+        rows.append(row)
+        print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+        if batch.out.is_cuda:
+            torch.cuda.empty_cache()
+    return rows
+
+
 def probe(reps, tbs, deadline, group="launch"):
     rows = []
     lists = (("waves", WAVES),) if group == "waves" else (("long", LONG), ("short", SHORT))
@@ -226,9 +312,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--max-seconds", type=float, default=420)
-    ap.add_argument("--variants", choices=("launch", "chunks", "waves"), default="launch",
+    ap.add_argument("--variants", choices=("launch", "chunks", "waves", "pipeline"), default="launch",
                     help="launch: slices, budget, configs (rounds 1-2); chunks: smallest chunk, programs per SM; "
-                         "waves: the occupancy count on batched cells")
+                         "waves: the occupancy count on batched cells; pipeline: double-buffered launch configs")
     a = ap.parse_args()
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -236,7 +322,10 @@ def main():
     tbs = timing.copy_bandwidth_tbs()
     meta = run_meta(a.reps, tbs, old_kernels=old is not None)
     print(json.dumps(meta), flush=True)
-    rows = probe(a.reps, tbs, deadline, a.variants)
+    if a.variants == "pipeline":
+        rows = pipeline_probe(a.reps, tbs, deadline)
+    else:
+        rows = probe(a.reps, tbs, deadline, a.variants)
     meta["ir"] = _ir_counts(new._adaptive_stage1)
     (out / "probe.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
 
