@@ -7,7 +7,7 @@ fixed-split kernel and torch SDPA on dense KV as peers. CUDA-graph replay, 256 M
 before each replay, median (decode_conformance.timing). Each variant's output is checked
 against SDPA's (or fixed-split's for MLA) before its time counts.
 
-    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks|waves|pipeline] [--reps 20] [--max-seconds 420]
+    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks|waves|pipeline|lean] [--reps 20] [--max-seconds 420]
 
 Round 5 (`--variants pipeline`): key-block pipelining. Compiled for sm_90, the stage-1 loop of
 the shipped configs (num_stages 3, and Lean's 2) keeps one K and one V buffer and waits for
@@ -16,6 +16,12 @@ the pipeline's stages): a step's loads do not overlap its math. num_stages 5 giv
 buffers per operand and a real prefetch. This round times launch configurations that
 double-buffer, each with the programs per SM its shared memory and registers allow, for the
 split-K kernels and Lean, on the kernel table's cells and a few batched ones.
+
+Round 6 (`--variants lean`): Lean's launch configuration and head tile on the Lean sweep's
+cells (ragged batches of 16-32, MLA). Lean's MLA tile held 16 query heads, so a request's
+latent cache was read once per 16 heads (8 times for 128 heads; split-K's 64-head tiles read
+it twice); `head_rows` 32 halves that. Lean's combine keeps three [rows, Dv] fp32 tiles live,
+so 64 rows spill on sm_90 (368-696 bytes per thread at 8 or 16 warps, compiled on CPU).
 """
 from __future__ import annotations
 
@@ -218,6 +224,60 @@ def pipeline_probe(reps, tbs, deadline, device="cuda", cells=None):
     return rows
 
 
+# (BLOCK_N, warps, stages, programs per SM, head rows) per head dim (576: MLA); the first is shipped.
+LEAN_VARIANTS = {128: ((128, 4, 2, 2, 16), (64, 4, 5, 2, 16), (32, 4, 5, 3, 16), (64, 8, 5, 1, 16)),
+                 256: ((64, 4, 2, 2, 16), (64, 8, 6, 1, 16), (32, 4, 5, 2, 16), (32, 8, 5, 2, 16)),
+                 576: ((64, 4, 2, 2, 16), (32, 8, 5, 1, 32), (32, 16, 5, 1, 32), (64, 8, 5, 1, 32),
+                       (32, 4, 5, 2, 16), (32, 8, 5, 1, 16))}
+LEAN_CELLS = [((32, 8, 128), 16, 16 * K, 0.5), ((32, 8, 128), 16, 16 * K, 0.1), ((32, 8, 128), 32, 16 * K, 0.5),
+              ((28, 4, 128), 16, 16 * K, 0.5), ((28, 4, 128), 32, 16 * K, 0.1), ((32, 8, 128), 16, 64 * K, 0.5),
+              ((16, 2, 256), 16, 16 * K, 0.5), ((128, 1, 576, 512), 1, 16 * K, 1.0),
+              ((128, 1, 576, 512), 8, 16 * K, 1.0), ((128, 1, 576, 512), 32, 4 * K, 1.0),
+              ((128, 1, 576, 512), 16, 16 * K, 0.1), ((128, 1, 576, 512), 32, 16 * K, 0.5),
+              ((128, 1, 576, 512), 8, 64 * K, 1.0)]
+
+
+def lean_probe(reps, tbs, deadline, device="cuda", cells=None):
+    from decode_conformance_kernels import lean, split_rule
+    from sweep import _ragged_lens, shared_batch, time_on_batch
+    sms = split_rule.num_sms(device)
+    rows = []
+    for shape, bsz, ctx, ratio in cells or LEAN_CELLS:
+        if time.time() > deadline:
+            break
+        lens = _ragged_lens(bsz, ctx, ratio, seed=1000 * bsz + ctx % 997 + int(ratio * 10))
+        case = _case(shape, lens)
+        mla = len(shape) == 4
+        row = dict(cell=f"{_label(shape, lens)} r={ratio}",
+                   floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads, shape[2], 2, tbs,
+                                               v_head_dim=0 if mla else None))
+        batch = shared_batch(case)
+        row["adaptive"], ref = time_on_batch("adaptive_split", batch, reps)
+        ref = ref.float()
+        args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
+        lse = torch.empty(case.batch, shape[0], device=device)
+        for bn, w, st, mult, hr in LEAN_VARIANTS[576 if mla else shape[2]]:
+            if time.time() > deadline:
+                break
+            name = f"lean_{bn}x{w}x{st}_g{mult}_h{hr}"
+            try:
+                launch = lean.plan_lean(*args, lse, sm_scale=case.sm_scale, programs=sms * mult, block_n=bn,
+                                        num_warps=w, num_stages=st, head_rows=hr)
+                row[name] = timing.graph_median_us(launch, device, reps=reps)
+                batch.out.fill_(float("nan"))
+                launch()
+                c = cosine(batch.out.float(), ref)
+                if not c > 0.999:
+                    row[name + "_WRONG"] = c
+            except Exception as e:
+                row[name + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+        rows.append(row)
+        print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+        if batch.out.is_cuda:
+            torch.cuda.empty_cache()
+    return rows
+
+
 def probe(reps, tbs, deadline, group="launch"):
     rows = []
     lists = (("waves", WAVES),) if group == "waves" else (("long", LONG), ("short", SHORT))
@@ -312,9 +372,10 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--max-seconds", type=float, default=420)
-    ap.add_argument("--variants", choices=("launch", "chunks", "waves", "pipeline"), default="launch",
+    ap.add_argument("--variants", choices=("launch", "chunks", "waves", "pipeline", "lean"), default="launch",
                     help="launch: slices, budget, configs (rounds 1-2); chunks: smallest chunk, programs per SM; "
-                         "waves: the occupancy count on batched cells; pipeline: double-buffered launch configs")
+                         "waves: the occupancy count on batched cells; pipeline: double-buffered launch configs; "
+                         "lean: Lean's launch config and head tile")
     a = ap.parse_args()
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -324,6 +385,8 @@ def main():
     print(json.dumps(meta), flush=True)
     if a.variants == "pipeline":
         rows = pipeline_probe(a.reps, tbs, deadline)
+    elif a.variants == "lean":
+        rows = lean_probe(a.reps, tbs, deadline)
     else:
         rows = probe(a.reps, tbs, deadline, a.variants)
     meta["ir"] = _ir_counts(new._adaptive_stage1)

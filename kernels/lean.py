@@ -48,7 +48,7 @@ from . import triton_common as tc
 GRID_MULT_ENV = "DECODE_CONFORMANCE_LEAN_GRID_MULT"
 BLOCK_N_ENV = "DECODE_CONFORMANCE_LEAN_BLOCK_N"
 CPU_PROGRAMS = 8  # small, so CPU tests split requests across programs
-BLOCK_H = 16  # query-head rows per tile (tl.dot needs M >= 16); a tile never straddles KV heads
+BLOCK_H = 16  # default most query heads per tile (tl.dot needs M >= 16); a tile never straddles KV heads
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453  # (the kernel inlines it)
 
@@ -253,10 +253,10 @@ def lean_decode_kernel(
 # ----------------------------------------------------------------------------------------
 # Host side
 # ----------------------------------------------------------------------------------------
-def head_tile_shape(num_q_heads: int, num_kv_heads: int) -> tuple[int, int, int]:
+def head_tile_shape(num_q_heads: int, num_kv_heads: int, head_rows: int = BLOCK_H) -> tuple[int, int, int]:
     """(group, heads per tile, tiles per KV head): kv_layout's tiling (the split-K kernels' too)
-    with at most BLOCK_H heads per tile, so one tile fills the kernel's fixed 16-row score tile."""
-    t = kv_layout.head_tiling(num_q_heads, num_kv_heads, BLOCK_H)
+    with at most `head_rows` heads per tile (a power of two >= 16: the score tile's rows)."""
+    t = kv_layout.head_tiling(num_q_heads, num_kv_heads, head_rows)
     return t["group"], t["heads_per_tile"], t["tiles_per_kv"]
 
 
@@ -323,7 +323,8 @@ def plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, *, sm_scale:
               k_scale: float = 1.0, v_scale: float = 1.0, window: Optional[int] = None,
               page_size: Optional[int] = None, alloc: Optional[Callable] = None,
               programs: Optional[int] = None, block_n: Optional[int] = None,
-              num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> Callable[[], None]:
+              num_warps: Optional[int] = None, num_stages: Optional[int] = None,
+              head_rows: Optional[int] = None) -> Callable[[], None]:
     """Host work for one batch shape; returns a no-argument launch (no host sync inside).
 
     q [B, Hq, Dk]; k_cache [pages, page_size, Hkv, Dk] (or [slots, Hkv, Dk]); v_cache likewise
@@ -342,7 +343,11 @@ def plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, *, sm_scale:
         raise ValueError(f"out shape {tuple(out.shape)} != {(B, Hq, Dv)}")
     if q.stride(2) != 1 or out.stride(2) != 1:
         raise ValueError("q and out need a unit stride in the head dim")
-    group, hpt, tiles_per_kv = head_tile_shape(Hq, Hkv)
+    rows = int(head_rows or BLOCK_H)
+    if rows < 16 or rows & (rows - 1):
+        raise ValueError(f"head_rows: expected a power of two >= 16, got {head_rows}")
+    group, hpt, tiles_per_kv = head_tile_shape(Hq, Hkv, rows)
+    block_h = _pow2(hpt)  # one tile's rows; K/V are read once per tile, so fewer tiles read less
     ht = Hkv * tiles_per_kv
     d1 = min(Dk, Dv)
     dpe = Dk - d1
@@ -364,9 +369,9 @@ def plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, *, sm_scale:
     if alloc is None:
         alloc = _torch_allocator(dev)
     tile_off = alloc("lean.tile_off", (B + 1,), torch.int32, 0)
-    po = alloc("lean.partial_o", (P, 2, BLOCK_H, BLOCK_DV), torch.float32, None)
-    pm = alloc("lean.partial_m", (P, 2, BLOCK_H), torch.float32, None)
-    pl = alloc("lean.partial_l", (P, 2, BLOCK_H), torch.float32, None)
+    po = alloc("lean.partial_o", (P, 2, block_h, BLOCK_DV), torch.float32, None)
+    pm = alloc("lean.partial_m", (P, 2, block_h), torch.float32, None)
+    pl = alloc("lean.partial_l", (P, 2, block_h), torch.float32, None)
     counters = alloc("lean.counters", (max(1, B * ht),), torch.int32, 0)
     win = kv_layout.visible_arg(window)
     qk_scale = float(sm_scale) * float(k_scale) * LOG2E
@@ -385,7 +390,7 @@ def plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, *, sm_scale:
             out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
             NUM_KV_HEADS=Hkv, GROUP=group, HPT=hpt, TILES_PER_KV=tiles_per_kv,
             D1=d1, DPE=dpe, DV=Dv, BLOCK_D1=BLOCK_D1, BLOCK_DPE=BLOCK_DPE, BLOCK_DV=BLOCK_DV,
-            BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, PAGE_SIZE=kpage, V_FROM_K=v_from_k, E4M3_BITS=e4m3_bits,
+            BLOCK_H=block_h, BLOCK_N=BLOCK_N, PAGE_SIZE=kpage, V_FROM_K=v_from_k, E4M3_BITS=e4m3_bits,
             num_warps=num_warps, num_stages=num_stages,
         )
 
