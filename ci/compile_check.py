@@ -333,9 +333,11 @@ def _lean_launch(x: Inputs, target: Target):
     saved = lean._is_hip
     lean._is_hip = lambda: target.is_hip  # its launch defaults differ on ROCm
     try:
-        cfg = lean.launch_defaults("cuda", lean._pow2(d1))
+        # the target's shared memory picks the configuration, as the device's would on a GPU
+        cfg = lean.launch_defaults("cuda", lean._pow2(d1), mla=x.geometry.mla, max_smem=target.smem)
     finally:
         lean._is_hip = saved
+    cfg.pop("programs_per_sm")  # the grid's size changes no compile
     lse = x.lse if x.lse is not None else torch.zeros(x.out.shape[:2])
     lean.plan_lean(x.q, x.k, x.v, x.indptr, x.indices, x.out, lse, sm_scale=0.1, window=64, programs=132,
                    **cfg)()

@@ -265,43 +265,84 @@ def _is_hip() -> bool:
 
 
 def default_grid_mult(device) -> float:
-    """Programs per SM/CU when DECODE_CONFORMANCE_LEAN_GRID_MULT is unset. ROCm: 1.0 (the
-    seed: one CTA per CU beat 2x on MI300X and MI355X). NVIDIA: 2.0, from an H200 run (triton
-    3.6, CUDA-graph replay, 1x / 2x / 4x SMs): 2x was fastest at 9 of 10 shapes, e.g. B1 x 128K
-    GQA 32/8: 213 / 155 / 210 us, B32 x 8K: 405 / 279 / 287 us, MLA B16 x 16K: 168 / 131 / 177 us;
-    the exception, B2 x 64K with 8 query heads (one head tile): 65 / 84 / 143 us."""
+    """Programs per SM/CU when neither DECODE_CONFORMANCE_LEAN_GRID_MULT nor the launch
+    configuration (`launch_defaults`) says. ROCm: 1.0 (the seed: one CTA per CU beat 2x on
+    MI300X and MI355X). NVIDIA: 2.0, from an H200 run (triton 3.6, CUDA-graph replay, 1x / 2x /
+    4x SMs): 2x was fastest at 9 of 10 shapes, e.g. B1 x 128K GQA 32/8: 213 / 155 / 210 us,
+    B32 x 8K: 405 / 279 / 287 us, MLA B16 x 16K: 168 / 131 / 177 us; the exception, B2 x 64K
+    with 8 query heads (one head tile): 65 / 84 / 143 us."""
     if torch.device(device).type != "cuda" or _is_hip():
         return 1.0
     return 2.0
 
 
-def num_programs(device) -> int:
-    """Persistent grid size: SM/CU count x DECODE_CONFORMANCE_LEAN_GRID_MULT (default
-    `default_grid_mult`); on CPU (interpreter) a small fixed count, so that requests are split
-    across programs."""
+def num_programs(device, per_sm: Optional[float] = None) -> int:
+    """Persistent grid size: SM/CU count x DECODE_CONFORMANCE_LEAN_GRID_MULT, else x `per_sm`
+    (the launch configuration's programs per SM), else x `default_grid_mult`; on CPU
+    (interpreter) a small fixed count, so that requests are split across programs."""
     device = torch.device(device)
     if device.type != "cuda":
         units = CPU_PROGRAMS
         mult = float(os.environ.get(GRID_MULT_ENV, "1.0"))
     else:
         units = torch.cuda.get_device_properties(device).multi_processor_count
-        mult = float(os.environ.get(GRID_MULT_ENV, "") or default_grid_mult(device))
+        mult = float(os.environ.get(GRID_MULT_ENV, "") or per_sm or default_grid_mult(device))
     return max(1, int(round(units * mult)))
 
 
-def launch_defaults(device, block_d1: int) -> dict:
-    """BLOCK_N / num_warps / num_stages. NVIDIA values from an H200 sweep (BLOCK_N 32-128,
-    4/8 warps, 1-3 stages, grid 1-4x SMs): D <= 128 -> 128 keys, 4 warps, 2 stages; MLA
-    (512 + 64) -> 64 keys, 4 warps, 2 stages. ROCm: not measured here; conservative tiles
-    (64 / 32 keys). CPU: BLOCK_N 64 (the interpreter costs ~3 ms per program x key block)."""
+# NVIDIA launch configurations, in order of preference: (BLOCK_N, num_warps, num_stages, programs
+# per SM, most query heads per tile, shared memory a bf16 cache takes on sm_90). The first whose
+# shared memory fits the device's per-program limit is used. Why these (H200, triton 3.6,
+# docs/gpu-runs/2026-12-01-h200/probe6 and probe7): compiled for sm_90, num_stages 2-4 keep one
+# K and one V buffer and wait for every copy at the top of each key step (the slot-id load that
+# feeds the K/V addresses takes a pipeline stage), so a step's loads never overlap its math;
+# 5-6 stages give two buffers and a real prefetch. That is worth having where one program per
+# SM is all the shared memory allows:
+# - Dk <= 128: 128 keys, 4 warps, 2 stages, 2 per SM stays: double-buffered configs were within
+#   2 % on the ragged batches (32/8/128 b16-32, 28/4/128) and slower at batch 1 (1 x 1k 18.1 /
+#   24.2 us against 15.8).
+# - Dk <= 256: 64 keys, 8 warps, 6 stages, 1 per SM: 16/2/256 1 x 128k 106.8 us (2 stages: 167.6),
+#   1 x 32k 58.4 (97.3), 4 x 32k 92.7 (123.2), 32 x 4k 89.4 (115.5), b16 ragged 16k 120.1 (157.9).
+# - MLA (V inside K, 512 + 64): 64 keys, 8 warps, 5 stages, 1 per SM, 32 heads per tile (each
+#   tile reads the latent cache once: 4 reads for 128 heads instead of 8): 8 x 16k 300.9 us (was
+#   373.3), 8 x 64k 1073 (1370), b32 ragged 853 (987), b16 ragged r=0.1 313 (323), 1 x 16k 89.1
+#   (90.0); 32 x 4k 294.6 (277.4) the one cell it lost. 64 heads per tile spill (Lean's combine
+#   holds three [rows, Dv] fp32 tiles): 368+ bytes per thread at 8 or 16 warps.
+LEAN_GPU_CONFIGS = {
+    "small": ((128, 4, 2, 2, 16, 74240),),
+    "medium": ((64, 8, 6, 1, 16, 141824), (64, 4, 2, 2, 16, 75776)),
+    "mla": ((64, 8, 5, 1, 32, 189440), (64, 4, 2, 2, 16, 94208)),
+    "large": ((64, 4, 2, 2, 16, 0),),  # Dk > 256 with its own V: the seed's tile, not re-measured
+}
+
+
+def config_class(block_d1: int, mla: bool) -> str:
+    """The LEAN_GPU_CONFIGS row of a key width (the padded first part of K) and attention kind."""
+    if mla and block_d1 <= 512:
+        return "mla"
+    return "small" if block_d1 <= 128 else "medium" if block_d1 <= 256 else "large"
+
+
+def launch_defaults(device, block_d1: int, mla: bool = False, max_smem: Optional[int] = None) -> dict:
+    """block_n / num_warps / num_stages / head_rows / programs_per_sm. NVIDIA: the first of the
+    class's LEAN_GPU_CONFIGS whose shared memory fits `max_smem` (default: the device's). ROCm:
+    not measured here; conservative tiles (64 / 32 keys), 16 heads per tile. CPU: BLOCK_N 64 (the
+    interpreter costs ~3 ms per program x key block). $DECODE_CONFORMANCE_LEAN_BLOCK_N overrides
+    the key tile."""
     env = os.environ.get(BLOCK_N_ENV)
     device = torch.device(device)
     if device.type != "cuda":
-        cfg = dict(block_n=64, num_warps=4, num_stages=2)
+        cfg = dict(block_n=64, num_warps=4, num_stages=2, head_rows=BLOCK_H, programs_per_sm=None)
     elif _is_hip():
-        cfg = dict(block_n=64 if block_d1 <= 128 else 32, num_warps=4 if block_d1 <= 128 else 8, num_stages=2)
+        cfg = dict(block_n=64 if block_d1 <= 128 else 32, num_warps=4 if block_d1 <= 128 else 8, num_stages=2,
+                   head_rows=BLOCK_H, programs_per_sm=None)
     else:
-        cfg = dict(block_n=128 if block_d1 <= 128 else 64, num_warps=4, num_stages=2)
+        table = LEAN_GPU_CONFIGS[config_class(block_d1, mla)]
+        if len(table) > 1:
+            limit = tc.device_max_smem(device) if max_smem is None else int(max_smem)
+            table = [c for c in table if c[5] <= limit] or table[-1:]
+        bn, warps, stages, per_sm, rows, _ = table[0]
+        cfg = dict(block_n=bn, num_warps=warps, num_stages=stages, head_rows=rows, programs_per_sm=per_sm)
     if env:
         cfg["block_n"] = int(env)
     return cfg
@@ -332,7 +373,9 @@ def plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, *, sm_scale:
     flat slot ids; out [B, Hq, Dv]; lse fp32 [B, Hq] (natural log). window = visible keys,
     current one included (None = all). alloc(name, shape, dtype, fill) supplies scratch
     (counters need fill 0); default torch. The launch may be captured in a CUDA graph and
-    replayed with new kv_indptr/kv_indices contents (same B).
+    replayed with new kv_indptr/kv_indices contents (same B). programs (the persistent grid),
+    block_n, num_warps, num_stages and head_rows (most query heads per tile, a power of two
+    >= 16) default to `launch_defaults` for the device, key width and attention kind.
     """
     B, Hq, Dk = q.shape
     if page_size is None:
@@ -343,12 +386,6 @@ def plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, *, sm_scale:
         raise ValueError(f"out shape {tuple(out.shape)} != {(B, Hq, Dv)}")
     if q.stride(2) != 1 or out.stride(2) != 1:
         raise ValueError("q and out need a unit stride in the head dim")
-    rows = int(head_rows or BLOCK_H)
-    if rows < 16 or rows & (rows - 1):
-        raise ValueError(f"head_rows: expected a power of two >= 16, got {head_rows}")
-    group, hpt, tiles_per_kv = head_tile_shape(Hq, Hkv, rows)
-    block_h = _pow2(hpt)  # one tile's rows; K/V are read once per tile, so fewer tiles read less
-    ht = Hkv * tiles_per_kv
     d1 = min(Dk, Dv)
     dpe = Dk - d1
     if k_cache.dim() == 4 and k_cache.shape[1] != page_size:
@@ -361,8 +398,14 @@ def plan_lean(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, *, sm_scale:
     v_from_k = (v_cache.data_ptr() == k_cache.data_ptr() and (vsp, vss, vsh, vsd) == (ksp, kss, ksh, ksd)
                 and d1 == Dv and v_cache.dtype == k_cache.dtype)
     dev = q.device
-    P = programs or num_programs(dev)
-    cfg = launch_defaults(dev, BLOCK_D1)
+    cfg = launch_defaults(dev, BLOCK_D1, mla=v_from_k)
+    rows = int(head_rows or cfg["head_rows"])
+    if rows < 16 or rows & (rows - 1):
+        raise ValueError(f"head_rows: expected a power of two >= 16, got {head_rows}")
+    group, hpt, tiles_per_kv = head_tile_shape(Hq, Hkv, rows)
+    block_h = _pow2(hpt)  # one tile's rows; K/V are read once per tile, so fewer tiles read less
+    ht = Hkv * tiles_per_kv
+    P = programs or num_programs(dev, cfg["programs_per_sm"])
     BLOCK_N = block_n or cfg["block_n"]
     num_warps = num_warps or cfg["num_warps"]
     num_stages = num_stages or cfg["num_stages"]
@@ -424,9 +467,11 @@ class LeanKernel:
         deterministic=True,
     )
 
-    def __init__(self, programs: Optional[int] = None, block_n: Optional[int] = None):
+    def __init__(self, programs: Optional[int] = None, block_n: Optional[int] = None,
+                 head_rows: Optional[int] = None):
         self.programs = programs
         self.block_n = block_n
+        self.head_rows = head_rows
 
     def plan(self, batch) -> Callable[[], None]:
         if batch.softcap or batch.sinks is not None:
@@ -435,6 +480,7 @@ class LeanKernel:
             batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out, batch.lse,
             sm_scale=batch.sm_scale, k_scale=batch.k_scale, v_scale=batch.v_scale, window=batch.window,
             page_size=batch.page_size, alloc=batch.workspace.alloc, programs=self.programs, block_n=self.block_n,
+            head_rows=self.head_rows,
         )
 
 
