@@ -2,7 +2,7 @@
 anywhere: it reads JSON, no GPU).
 
     python benchmarks/plot_perf.py                           # the shipped baselines
-    python benchmarks/plot_perf.py fixtures/baselines/sm_90 --out sm_90.png
+    python benchmarks/plot_perf.py fixtures/baselines/sm_90 --out /tmp/sm_90.png
     python benchmarks/plot_perf.py $OUT/baselines            # what benchmarks/perf_power.py recorded
     python benchmarks/plot_perf.py my-baselines/sm_90/my_kernel.json
 
