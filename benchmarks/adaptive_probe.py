@@ -7,7 +7,7 @@ fixed-split kernel and torch SDPA on dense KV as peers. CUDA-graph replay, 256 M
 before each replay, median (decode_conformance.timing). Each variant's output is checked
 against SDPA's (or fixed-split's for MLA) before its time counts.
 
-    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks|waves|pipeline|lean] [--reps 20] [--max-seconds 420]
+    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks|waves|pipeline|lean|stage2] [--reps 20] [--max-seconds 420]
 
 Round 5 (`--variants pipeline`): key-block pipelining. Compiled for sm_90, the stage-1 loop of
 the shipped configs (num_stages 3, and Lean's 2) keeps one K and one V buffer and waits for
@@ -22,6 +22,11 @@ cells (ragged batches of 16-32, MLA). Lean's MLA tile held 16 query heads, so a 
 latent cache was read once per 16 heads (8 times for 128 heads; split-K's 64-head tiles read
 it twice); `head_rows` 32 halves that. Lean's combine keeps three [rows, Dv] fp32 tiles live,
 so 64 rows spill on sm_90 (368-696 bytes per thread at 8 or 16 warps, compiled on CPU).
+
+Round 7 (`--variants stage2`): stage 2's cost at batch 1, where a request's 82-128 partials are
+merged 64 at a time (`triton_common.STAGE2_MAX_TILE`): two dependent load rounds. Times the
+shipped adaptive kernel with the merge tile capped at 64 and at 128 (one round), alternating
+A / B / A / B on one prepared batch, and with stage 2 removed (its whole cost).
 """
 from __future__ import annotations
 
@@ -278,6 +283,61 @@ def lean_probe(reps, tbs, deadline, device="cuda", cells=None):
     return rows
 
 
+STAGE2_CELLS = [((32, 8, 128), (128 * K,)), ((32, 8, 128), (32 * K,)), ((32, 8, 128), (8 * K,)),
+                ((16, 2, 256), (128 * K,)), ((16, 2, 256), (32 * K,)), ((32, 8, 128), (64 * K,) * 2),
+                ((16, 2, 256), (64 * K,) * 2)]
+
+
+def stage2_probe(reps, tbs, deadline, device="cuda", cells=None):
+    from sweep import shared_batch
+    rows = []
+    for shape, lens in cells or STAGE2_CELLS:
+        if time.time() > deadline:
+            break
+        case = _case(shape, lens)
+        row = dict(cell=_label(shape, lens), floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads,
+                                                                          shape[2], 2, tbs))
+        batch = shared_batch(case)
+        s_launch, s_get = _sdpa(case, batch)
+        row["sdpa"] = timing.graph_median_us(s_launch, device, reps=reps)
+        s_launch()
+        ref = s_get().float().clone()
+        S0, occ0 = new.plan_splits(case.batch, shape[0], shape[1], device=device, head_dim=shape[2])
+        chunks = new.chunk_axis(batch.q, batch.k_cache, batch.v_cache, S0, max(lens))
+        row["chunks"] = chunks
+        p = torch.empty((case.batch, shape[0], chunks, shape[2]), device=device)
+        pl = torch.empty((case.batch, shape[0], chunks), device=device)
+        args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
+        kw = dict(sm_scale=case.sm_scale, lse=batch.lse, splits=S0, occupancy=occ0, max_visible=max(lens),
+                  partials=p, partial_lse=pl)
+        shipped = new.tc.STAGE2_MAX_TILE
+        for rnd, cap in enumerate((64, 128, 64, 128)):
+            new.tc.STAGE2_MAX_TILE = cap
+            try:
+                fn = lambda: new.decode_attention_adaptive(*args, **kw)  # noqa: E731
+                row[f"tile{cap}_{rnd // 2}"] = timing.graph_median_us(fn, device, reps=reps)
+                batch.out.fill_(float("nan"))
+                fn()
+                c = cosine(batch.out.float(), ref)
+                if not c > 0.999:
+                    row[f"tile{cap}_WRONG"] = c
+            except Exception as e:
+                row[f"tile{cap}_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+            finally:
+                new.tc.STAGE2_MAX_TILE = shipped
+        saved = new._adaptive_stage2
+        new._adaptive_stage2 = _NoLaunch()
+        try:
+            row["s1only"] = timing.graph_median_us(lambda: new.decode_attention_adaptive(*args, **kw), device, reps=reps)
+        finally:
+            new._adaptive_stage2 = saved
+        rows.append(row)
+        print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+        if batch.out.is_cuda:
+            torch.cuda.empty_cache()
+    return rows
+
+
 def probe(reps, tbs, deadline, group="launch"):
     rows = []
     lists = (("waves", WAVES),) if group == "waves" else (("long", LONG), ("short", SHORT))
@@ -372,10 +432,10 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--max-seconds", type=float, default=420)
-    ap.add_argument("--variants", choices=("launch", "chunks", "waves", "pipeline", "lean"), default="launch",
+    ap.add_argument("--variants", choices=("launch", "chunks", "waves", "pipeline", "lean", "stage2"), default="launch",
                     help="launch: slices, budget, configs (rounds 1-2); chunks: smallest chunk, programs per SM; "
                          "waves: the occupancy count on batched cells; pipeline: double-buffered launch configs; "
-                         "lean: Lean's launch config and head tile")
+                         "lean: Lean's launch config and head tile; stage2: the merge tile at batch 1")
     a = ap.parse_args()
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -387,6 +447,8 @@ def main():
         rows = pipeline_probe(a.reps, tbs, deadline)
     elif a.variants == "lean":
         rows = lean_probe(a.reps, tbs, deadline)
+    elif a.variants == "stage2":
+        rows = stage2_probe(a.reps, tbs, deadline)
     else:
         rows = probe(a.reps, tbs, deadline, a.variants)
     meta["ir"] = _ir_counts(new._adaptive_stage1)
