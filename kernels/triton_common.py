@@ -37,7 +37,12 @@ MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score t
 # (triton 3.6; docs/gpu-runs/2026-12-01-h200/close8), so only Lean, whose speed did not move,
 # leaves its batch and window unspecialized.
 STAGE2_TILE_ELEMS = 8192  # the seed: a stage-2 tile holds at most 8192 fp32 elements
-STAGE2_MAX_TILE = 64  # ... and at most 64 splits
+# ... and at most 128 partials: a batch of one merges its 82-128 partials in one round of loads
+# when its columns are sliced to <= 64 (the seed's 64 took two dependent rounds). H200
+# (docs/gpu-runs/2026-12-01-h200/probe8, A/B/A/B on one batch): 32/8/128 1 x 128k 142.4 us
+# against 143.6, 1 x 32k 52.8 against 53.8, 16/2/256 1 x 128k 84.0 against 85.0, 1 x 32k 35.5
+# against 36.4; stage 2 alone 2.2 us instead of 3.5 at 1 x 128k.
+STAGE2_MAX_TILE = 128
 STAGE2_SMALL_TILE = 8  # counts up to this are merged with a tile this wide (the fixed kernel's 8 splits)
 
 

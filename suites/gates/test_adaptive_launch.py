@@ -95,3 +95,18 @@ def test_a_broken_bound_is_caught():
     v, launches = _run(MIXED, max_visible=255)
     assert launches == []
     assert not v.passed
+
+
+# One request of 9000 keys under a budget of 128: 70 chunks, more than one 64-partial round.
+LONG = MIXED.replace(seq_lens=(9000,), sinks=False, seed=7)
+
+
+@pytest.mark.parametrize("slices", [1, 2])
+def test_more_than_64_partials_merge_in_one_round(slices):
+    """Stage 2 merges up to 128 partials per load round (triton_common.STAGE2_MAX_TILE) when a
+    column slice is narrow enough (64 or 32 columns here): 70 partials in one round."""
+    mod, _ = _adaptive()
+    assert mod.tc.split_tile(70, 64 // slices) == 128
+    v, launches = _run(LONG, splits=128, occupancy=128, stage2_slices=slices)
+    assert v.passed, v.summary()
+    assert [g[2] for g in launches] == [slices]
