@@ -18,13 +18,17 @@
 #     after a change to Lean alone (split-K kernels as recorded before): the main job cold,
 #     sm_90 baselines of lean and dispatch, the kernel table, the Lean sweep, and the guard's
 #     power for lean and dispatch on a quiet host.
+#   OUT=$OUT bash benchmarks/h200_close.sh stage2
+#     after a change to the split-K stage 2 alone: the main job cold, sm_90 baselines of the
+#     kernels that run it at batch 1 (adaptive_split, dispatch, adaptive_split_fp8mma), the
+#     kernel table and the split sweep.
 #   OUT=$OUT bash benchmarks/h200_close.sh last
 #     for a short device budget: the main job cold, sm_90 baselines of every shipped kernel, the
 #     kernel table, then the split sweep for whatever time is left; each step's output is written
 #     straight to $OUT, so a call cut off at its limit still returns the steps it finished.
 # $OUT gets session.log (each step's command, tail, exit code, seconds) and results.tgz.
 set -u
-MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final|lean|last}
+MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final|lean|stage2|last}
 OUT=${OUT:-results}; mkdir -p "$OUT"; export PYTHONUNBUFFERED=1
 RES=/tmp/res; [ "$MODE" = last ] && RES="$OUT"; mkdir -p "$RES"
 LOG="$OUT/session.log"
@@ -77,6 +81,11 @@ elif [ "$MODE" = lean ]; then
   step lean-sweep 75 python3 benchmarks/sweep.py lean --out "$RES" --reps 20 --max-seconds 60
   step perf-power-quiet 170 python3 benchmarks/perf_power.py --out "$RES/perf-quiet" --kernel lean \
       --kernel dispatch --reps 20 --planted-reps 5 --subprocess-runs 0 --max-seconds 150
+elif [ "$MODE" = stage2 ]; then
+  main_job_cold main-job-cold 130 parity
+  record_baselines 70 adaptive_split dispatch adaptive_split_fp8mma
+  step table 50 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 40
+  step split-sweep 120 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 110
 elif [ "$MODE" = last ]; then
   main_job_cold main-job-cold 130 parity
   record_baselines 60 adaptive_split dispatch adaptive_split_fp8mma fixed_split lean
