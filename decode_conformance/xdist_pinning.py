@@ -15,7 +15,7 @@ import pathlib
 from . import hardware
 
 # Cold, the main job is Triton compiling ~500 kernel variants (455 before 2026-12-01): on one
-# 16-core H200, 8 workers took 56-73 s, 12 take 52-81 s, 16 were 3 s faster than 12 but left
+# 16-core H200, 8 workers took 56-73 s, 12 take 48-81 s, 16 were 3 s faster than 12 but left
 # too little device memory per worker for the 8 GB overflow cases
 # (docs/gpu-runs/2026-11-30-h200-cold/, 2026-12-01-h200/). device_memory keeps the 12 within
 # the GPU's memory.
