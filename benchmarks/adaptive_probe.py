@@ -51,7 +51,7 @@ from decode_conformance.runner import prepare  # noqa: E402
 from decode_conformance_kernels import adaptive_split as new  # noqa: E402
 from decode_conformance_kernels import registry  # noqa: E402
 from kernel_table import _sdpa, run_meta  # noqa: E402
-from sweep import _case  # noqa: E402
+from sweep import _case, _ragged_lens, shared_batch, time_on_batch  # noqa: E402
 
 try:
     from _old_kernels import adaptive_split as old  # noqa: E402
@@ -94,6 +94,37 @@ class _NoLaunch:
 def _label(shape, lens):
     s = "/".join(map(str, shape))
     return f"{s} {len(lens)}x{lens[0]}" if len(set(lens)) == 1 else f"{s} {len(lens)} ragged ({sum(lens)} keys)"
+
+
+def _time_checked(row, name, fn, out, ref, device, reps, check=True):
+    """row[name] = fn's median replay time; with `check`, fn runs once more on a NaN-poisoned
+    `out`, which must match `ref` (cosine > 0.999, else row[name + "_WRONG"]). An exception is
+    recorded as row[name + "_error"], so one variant's failure leaves the others measured."""
+    try:
+        row[name] = timing.graph_median_us(fn, device, reps=reps)
+        if check:
+            out.fill_(float("nan"))
+            fn()
+            if out.is_cuda:
+                torch.cuda.synchronize()
+            c = cosine(out.float(), ref)
+            if not c > 0.999:
+                row[name + "_WRONG"] = c
+    except Exception as e:
+        row[name + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+
+
+def _sdpa_reference(row, case, batch, device, reps):
+    """Times SDPA on the cell's dense copy into row["sdpa"]; returns its output (fp32), the
+    reference every variant is checked against."""
+    s_launch, s_get = _sdpa(case, batch)
+    row["sdpa"] = timing.graph_median_us(s_launch, device, reps=reps)
+    s_launch()
+    return s_get().float().clone()
+
+
+def _print_row(row):
+    print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
 
 
 def _ir_counts(fn):
@@ -174,30 +205,15 @@ def pipeline_probe(reps, tbs, deadline, device="cuda", cells=None):
         case = _case(shape, lens)
         d = shape[2]
         row = dict(cell=_label(shape, lens), floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads, d, 2, tbs))
-        batch = prepare(registry.adaptive_split(), case, device)
+        batch = shared_batch(case, device)
         args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
         lse = torch.empty(case.batch, shape[0], device=device)
 
-        def timed(name, fn, check=True):
-            if time.time() > deadline:
-                return
-            try:
-                row[name] = timing.graph_median_us(fn, device, reps=reps)
-                if check:
-                    batch.out.fill_(float("nan"))
-                    fn()
-                    if batch.out.is_cuda:
-                        torch.cuda.synchronize()
-                    c = cosine(batch.out.float(), ref)
-                    if not c > 0.999:
-                        row[name + "_WRONG"] = c
-            except Exception as e:
-                row[name + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+        def timed(name, fn):
+            if time.time() <= deadline:
+                _time_checked(row, name, fn, batch.out, ref, device, reps)
 
-        s_launch, s_get = _sdpa(case, batch)
-        row["sdpa"] = timing.graph_median_us(s_launch, device, reps=reps)
-        s_launch()
-        ref = s_get().float().clone()
+        ref = _sdpa_reference(row, case, batch, device, reps)
         tiles = new.tc.head_tiling(shape[0], shape[1])["kv_head_tiles"]
         for bn, w, st, pps in PIPE_SPLIT[d]:
             S = split_rule.grid_splits(case.batch, tiles, sms, split_rule.MAX_SPLITS, pps)
@@ -223,7 +239,7 @@ def pipeline_probe(reps, tbs, deadline, device="cuda", cells=None):
                                     num_warps=w, num_stages=st)
             timed(f"lean_{bn}x{w}x{st}_g{mult}", launch)
         rows.append(row)
-        print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+        _print_row(row)
         if batch.out.is_cuda:
             torch.cuda.empty_cache()
     return rows
@@ -244,7 +260,6 @@ LEAN_CELLS = [((32, 8, 128), 16, 16 * K, 0.5), ((32, 8, 128), 16, 16 * K, 0.1), 
 
 def lean_probe(reps, tbs, deadline, device="cuda", cells=None):
     from decode_conformance_kernels import lean, split_rule
-    from sweep import _ragged_lens, shared_batch, time_on_batch
     sms = split_rule.num_sms(device)
     rows = []
     for shape, bsz, ctx, ratio in cells or LEAN_CELLS:
@@ -256,7 +271,7 @@ def lean_probe(reps, tbs, deadline, device="cuda", cells=None):
         row = dict(cell=f"{_label(shape, lens)} r={ratio}",
                    floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads, shape[2], 2, tbs,
                                                v_head_dim=0 if mla else None))
-        batch = shared_batch(case)
+        batch = shared_batch(case, device)
         row["adaptive"], ref = time_on_batch("adaptive_split", batch, reps)
         ref = ref.float()
         args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
@@ -268,16 +283,12 @@ def lean_probe(reps, tbs, deadline, device="cuda", cells=None):
             try:
                 launch = lean.plan_lean(*args, lse, sm_scale=case.sm_scale, programs=sms * mult, block_n=bn,
                                         num_warps=w, num_stages=st, head_rows=hr)
-                row[name] = timing.graph_median_us(launch, device, reps=reps)
-                batch.out.fill_(float("nan"))
-                launch()
-                c = cosine(batch.out.float(), ref)
-                if not c > 0.999:
-                    row[name + "_WRONG"] = c
             except Exception as e:
                 row[name + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+                continue
+            _time_checked(row, name, launch, batch.out, ref, device, reps)
         rows.append(row)
-        print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+        _print_row(row)
         if batch.out.is_cuda:
             torch.cuda.empty_cache()
     return rows
@@ -289,7 +300,6 @@ STAGE2_CELLS = [((32, 8, 128), (128 * K,)), ((32, 8, 128), (32 * K,)), ((32, 8, 
 
 
 def stage2_probe(reps, tbs, deadline, device="cuda", cells=None):
-    from sweep import shared_batch
     rows = []
     for shape, lens in cells or STAGE2_CELLS:
         if time.time() > deadline:
@@ -297,11 +307,8 @@ def stage2_probe(reps, tbs, deadline, device="cuda", cells=None):
         case = _case(shape, lens)
         row = dict(cell=_label(shape, lens), floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads,
                                                                           shape[2], 2, tbs))
-        batch = shared_batch(case)
-        s_launch, s_get = _sdpa(case, batch)
-        row["sdpa"] = timing.graph_median_us(s_launch, device, reps=reps)
-        s_launch()
-        ref = s_get().float().clone()
+        batch = shared_batch(case, device)
+        ref = _sdpa_reference(row, case, batch, device, reps)
         S0, occ0 = new.plan_splits(case.batch, shape[0], shape[1], device=device, head_dim=shape[2])
         chunks = new.chunk_axis(batch.q, batch.k_cache, batch.v_cache, S0, max(lens))
         row["chunks"] = chunks
@@ -314,15 +321,8 @@ def stage2_probe(reps, tbs, deadline, device="cuda", cells=None):
         for rnd, cap in enumerate((64, 128, 64, 128)):
             new.tc.STAGE2_MAX_TILE = cap
             try:
-                fn = lambda: new.decode_attention_adaptive(*args, **kw)  # noqa: E731
-                row[f"tile{cap}_{rnd // 2}"] = timing.graph_median_us(fn, device, reps=reps)
-                batch.out.fill_(float("nan"))
-                fn()
-                c = cosine(batch.out.float(), ref)
-                if not c > 0.999:
-                    row[f"tile{cap}_WRONG"] = c
-            except Exception as e:
-                row[f"tile{cap}_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+                _time_checked(row, f"tile{cap}_{rnd // 2}", lambda: new.decode_attention_adaptive(*args, **kw),
+                              batch.out, ref, device, reps)
             finally:
                 new.tc.STAGE2_MAX_TILE = shipped
         saved = new._adaptive_stage2
@@ -332,7 +332,7 @@ def stage2_probe(reps, tbs, deadline, device="cuda", cells=None):
         finally:
             new._adaptive_stage2 = saved
         rows.append(row)
-        print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+        _print_row(row)
         if batch.out.is_cuda:
             torch.cuda.empty_cache()
     return rows
@@ -408,20 +408,11 @@ def probe(reps, tbs, deadline, group="launch"):
                     if s1only:
                         mod._adaptive_stage2 = _NoLaunch()
                     fn = lambda: mod.decode_attention_adaptive(*args, partials=p, partial_lse=pl, **base, **kw)  # noqa: E731
-                    row[name] = timing.graph_median_us(fn, "cuda", reps=reps)
-                    if not s1only:
-                        batch.out.fill_(float("nan"))
-                        fn()
-                        torch.cuda.synchronize()
-                        c = cosine(batch.out.float(), ref)
-                        if not c > 0.999:
-                            row[name + "_WRONG"] = c
-                except Exception as e:
-                    row[name + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+                    _time_checked(row, name, fn, batch.out, ref, "cuda", reps, check=not s1only)
                 finally:
                     mod._adaptive_stage2 = saved
             rows.append(row)
-            print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+            _print_row(row)
             del batch
             torch.cuda.empty_cache()
     return rows

@@ -53,11 +53,11 @@ def _case(shape, lens, seed=7) -> Case:
                 mla=mla, seq_lens=tuple(lens), layout="paged", page_size=16, seed=seed)
 
 
-def shared_batch(case):
+def shared_batch(case, device="cuda"):
     """One prepared batch per cell, shared by every kernel timed on it (kernels compared on the
     same inputs at the same addresses; `timing.warm_up` covers the idle GPU's slow first
     replays that once looked like a difference between preparations)."""
-    return prepare(registry.adaptive_split(), case, "cuda")
+    return prepare(registry.adaptive_split(), case, device)
 
 
 def time_on_batch(name, batch, reps):
