@@ -7,7 +7,7 @@ fixed-split kernel and torch SDPA on dense KV as peers. CUDA-graph replay, 256 M
 before each replay, median (decode_conformance.timing). Each variant's output is checked
 against SDPA's (or fixed-split's for MLA) before its time counts.
 
-    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks|waves|pipeline|lean|stage2] [--reps 20] [--max-seconds 420]
+    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks|waves|pipeline|lean|stage2|pdl|layout] [--reps 20] [--max-seconds 420]
 
 Round 5 (`--variants pipeline`): key-block pipelining. Compiled for sm_90, the stage-1 loop of
 the shipped configs (num_stages 3, and Lean's 2) keeps one K and one V buffer and waits for
@@ -27,6 +27,16 @@ Round 7 (`--variants stage2`): stage 2's cost at batch 1, where a request's 82-1
 merged 64 at a time (`triton_common.STAGE2_MAX_TILE`): two dependent load rounds. Times the
 shipped adaptive kernel with the merge tile capped at 64 and at 128 (one round), alternating
 A / B / A / B on one prepared batch, and with stage 2 removed (its whole cost).
+
+Round 8 (`--variants pdl`): stage 2 as a programmatic dependent launch (sm_90+,
+`triton_common.USE_PDL`): the shipped kernel with and without it, A / B / A / B on one
+prepared batch, on the cells where adaptive trailed SDPA (batch 1 at 8k-128k, batches 4-32).
+
+Round 9 (`--variants layout`): how much of stage 1's distance to SDPA on batched cells is the
+cache layout. The same keys timed through the same kernel from the suite's paged cache
+(16-key pages, shuffled, [page, slot, head, dim]), from those pages stored head-major
+([page, head, slot, dim]), and from a dense cache in token order, token-major ([token, head,
+dim]) and head-major ([head, token, dim], SDPA's layout), each addressed by slot ids.
 """
 from __future__ import annotations
 
@@ -51,7 +61,7 @@ from decode_conformance.runner import prepare  # noqa: E402
 from decode_conformance_kernels import adaptive_split as new  # noqa: E402
 from decode_conformance_kernels import registry  # noqa: E402
 from kernel_table import _sdpa, run_meta  # noqa: E402
-from sweep import _case, _ragged_lens, shared_batch, time_on_batch  # noqa: E402
+from sweep import _case, _ragged_lens, add_flush_option, shared_batch, time_on_batch  # noqa: E402
 
 try:
     from _old_kernels import adaptive_split as old  # noqa: E402
@@ -294,6 +304,19 @@ def lean_probe(reps, tbs, deadline, device="cuda", cells=None):
     return rows
 
 
+def _shipped_args(case, batch, device):
+    """Positional and keyword arguments of a shipped-plan adaptive launch on `batch` (its own
+    scratch, preallocated: graph capture then allocates nothing)."""
+    shape = (case.num_q_heads, case.num_kv_heads, case.head_dim)
+    S, occ = new.plan_splits(case.batch, *shape[:2], device=device, head_dim=shape[2])
+    longest = max(case.seq_lens)
+    chunks = new.chunk_axis(batch.q, batch.k_cache, batch.v_cache, S, longest)
+    p_shape, l_shape = new.workspace_shapes(case.batch, shape[0], case.v_head_dim, chunks)
+    kw = dict(sm_scale=case.sm_scale, lse=batch.lse, splits=S, occupancy=occ, max_visible=longest,
+              partials=torch.empty(p_shape, device=device), partial_lse=torch.empty(l_shape, device=device))
+    return [batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out], kw
+
+
 STAGE2_CELLS = [((32, 8, 128), (128 * K,)), ((32, 8, 128), (32 * K,)), ((32, 8, 128), (8 * K,)),
                 ((16, 2, 256), (128 * K,)), ((16, 2, 256), (32 * K,)), ((32, 8, 128), (64 * K,) * 2),
                 ((16, 2, 256), (64 * K,) * 2)]
@@ -309,14 +332,8 @@ def stage2_probe(reps, tbs, deadline, device="cuda", cells=None):
                                                                           shape[2], 2, tbs))
         batch = shared_batch(case, device)
         ref = _sdpa_reference(row, case, batch, device, reps)
-        S0, occ0 = new.plan_splits(case.batch, shape[0], shape[1], device=device, head_dim=shape[2])
-        chunks = new.chunk_axis(batch.q, batch.k_cache, batch.v_cache, S0, max(lens))
-        row["chunks"] = chunks
-        p = torch.empty((case.batch, shape[0], chunks, shape[2]), device=device)
-        pl = torch.empty((case.batch, shape[0], chunks), device=device)
-        args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
-        kw = dict(sm_scale=case.sm_scale, lse=batch.lse, splits=S0, occupancy=occ0, max_visible=max(lens),
-                  partials=p, partial_lse=pl)
+        args, kw = _shipped_args(case, batch, device)
+        row["chunks"] = kw["partials"].shape[2]
         shipped = new.tc.STAGE2_MAX_TILE
         for rnd, cap in enumerate((64, 128, 64, 128)):
             new.tc.STAGE2_MAX_TILE = cap
@@ -334,6 +351,79 @@ def stage2_probe(reps, tbs, deadline, device="cuda", cells=None):
         rows.append(row)
         _print_row(row)
         if batch.out.is_cuda:
+            torch.cuda.empty_cache()
+    return rows
+
+
+PDL_CELLS = [((32, 8, 128), (8 * K,)), ((32, 8, 128), (16 * K,)), ((32, 8, 128), (32 * K,)),
+             ((32, 8, 128), (64 * K,)), ((32, 8, 128), (128 * K,)), ((16, 2, 256), (32 * K,)),
+             ((16, 2, 256), (128 * K,)), ((32, 8, 128), (16 * K,) * 4), ((32, 8, 128), (16 * K,) * 16),
+             ((32, 8, 128), (4 * K,) * 32)]
+
+
+def pdl_probe(reps, tbs, deadline, device="cuda", cells=None):
+    rows = []
+    for shape, lens in cells or PDL_CELLS:
+        if time.time() > deadline:
+            break
+        case = _case(shape, lens)
+        row = dict(cell=_label(shape, lens), floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads,
+                                                                          shape[2], 2, tbs))
+        batch = shared_batch(case, device)
+        ref = _sdpa_reference(row, case, batch, device, reps)
+        args, kw = _shipped_args(case, batch, device)
+        shipped = new.tc.USE_PDL
+        for rnd, use in enumerate((False, True, False, True)):
+            new.tc.USE_PDL = use
+            try:
+                _time_checked(row, f"{'pdl' if use else 'plain'}_{rnd // 2}",
+                              lambda: new.decode_attention_adaptive(*args, **kw), batch.out, ref, device, reps)
+            finally:
+                new.tc.USE_PDL = shipped
+        rows.append(row)
+        _print_row(row)
+        if batch.out.is_cuda:
+            torch.cuda.empty_cache()
+    return rows
+
+
+LAYOUT_CELLS = [((32, 8, 128), (128 * K,)), ((16, 2, 256), (128 * K,)), ((32, 8, 128), (16 * K,) * 16),
+                ((32, 8, 128), (64 * K,) * 16), ((32, 8, 128), (16 * K,) * 32)]
+
+
+def _layouts(batch):
+    """(name, k, v, slot ids) of the same keys in four layouts (see the module doc)."""
+    def head_major(x):  # same logical tensor, the head axis stored outermost (below the page)
+        return x.movedim(-2, -3).contiguous().movedim(-3, -2)
+    idx = batch.kv_indices
+    seq_k, seq_v = batch.k_slots()[idx.long()].contiguous(), batch.v_slots()[idx.long()].contiguous()
+    order = torch.arange(idx.numel(), dtype=idx.dtype, device=idx.device)
+    return [("paged_tok_major", batch.k_cache, batch.v_cache, idx),
+            ("paged_head_major", head_major(batch.k_cache), head_major(batch.v_cache), idx),
+            ("dense_tok_major", seq_k, seq_v, order),
+            ("dense_head_major", seq_k.transpose(0, 1).contiguous().transpose(0, 1),
+             seq_v.transpose(0, 1).contiguous().transpose(0, 1), order)]
+
+
+def layout_probe(reps, tbs, deadline, device="cuda", cells=None):
+    rows = []
+    for shape, lens in cells or LAYOUT_CELLS:
+        if time.time() > deadline:
+            break
+        case = _case(shape, lens)
+        row = dict(cell=_label(shape, lens), floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads,
+                                                                          shape[2], 2, tbs))
+        batch = shared_batch(case, device)
+        ref = _sdpa_reference(row, case, batch, device, reps)
+        args, kw = _shipped_args(case, batch, device)
+        for name, k, v, idx in _layouts(batch):
+            a = list(args)
+            a[1], a[2], a[4] = k, v, idx
+            _time_checked(row, name, lambda: new.decode_attention_adaptive(*a, **kw), batch.out, ref, device, reps)
+        rows.append(row)
+        _print_row(row)
+        del batch
+        if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return rows
 
@@ -423,11 +513,15 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--max-seconds", type=float, default=420)
-    ap.add_argument("--variants", choices=("launch", "chunks", "waves", "pipeline", "lean", "stage2"), default="launch",
+    ap.add_argument("--variants", choices=("launch", "chunks", "waves", "pipeline", "lean", "stage2", "pdl", "layout"),
+                    default="launch",
                     help="launch: slices, budget, configs (rounds 1-2); chunks: smallest chunk, programs per SM; "
                          "waves: the occupancy count on batched cells; pipeline: double-buffered launch configs; "
-                         "lean: Lean's launch config and head tile; stage2: the merge tile at batch 1")
+                         "lean: Lean's launch config and head tile; stage2: the merge tile at batch 1; "
+                         "pdl: stage 2 as a dependent launch; layout: the cache layout's share")
+    add_flush_option(ap)
     a = ap.parse_args()
+    timing.set_bench_flush(a.flush)
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + a.max_seconds
@@ -440,6 +534,10 @@ def main():
         rows = lean_probe(a.reps, tbs, deadline)
     elif a.variants == "stage2":
         rows = stage2_probe(a.reps, tbs, deadline)
+    elif a.variants == "pdl":
+        rows = pdl_probe(a.reps, tbs, deadline)
+    elif a.variants == "layout":
+        rows = layout_probe(a.reps, tbs, deadline)
     else:
         rows = probe(a.reps, tbs, deadline, a.variants)
     meta["ir"] = _ir_counts(new._adaptive_stage1)

@@ -26,9 +26,16 @@
 #     for a short device budget: the main job cold, sm_90 baselines of every shipped kernel, the
 #     kernel table, then the split sweep for whatever time is left; each step's output is written
 #     straight to $OUT, so a call cut off at its limit still returns the steps it finished.
+#   OUT=$OUT bash benchmarks/h200_close.sh pdl
+#     stage 2 as a programmatic dependent launch: the main job cold, probe rounds 8 (PDL on / off)
+#     and 9 (the cache layout's share), the kernel table with the read flush and again with the
+#     zero flush of the earlier records, and the split sweep (read flush).
+#   OUT=$OUT bash benchmarks/h200_close.sh guard
+#     after a split-K change: sm_90 baselines of the split-K kernels, the guard's power for them
+#     on a quiet host, and the Lean sweep (read flush) for the gate's decisions.
 # $OUT gets session.log (each step's command, tail, exit code, seconds) and results.tgz.
 set -u
-MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final|lean|stage2|last}
+MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final|lean|stage2|last|pdl|guard}
 OUT=${OUT:-results}; mkdir -p "$OUT"; export PYTHONUNBUFFERED=1
 RES=/tmp/res; [ "$MODE" = last ] && RES="$OUT"; mkdir -p "$RES"
 LOG="$OUT/session.log"
@@ -86,6 +93,20 @@ elif [ "$MODE" = stage2 ]; then
   record_baselines 70 adaptive_split dispatch adaptive_split_fp8mma
   step table 50 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 40
   step split-sweep 120 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 110
+elif [ "$MODE" = pdl ]; then
+  main_job_cold main-job-cold 130 parity
+  step probe-pdl 150 python3 benchmarks/adaptive_probe.py --variants pdl --out "$RES/pdl" --reps 20 --max-seconds 130
+  step probe-layout 110 python3 benchmarks/adaptive_probe.py --variants layout --out "$RES/layout" --reps 20 \
+      --max-seconds 95
+  step table 50 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 40
+  step table-zero-flush 50 python3 benchmarks/kernel_table.py table --flush zero --out "$RES/zero" --reps 30 \
+      --max-seconds 40
+  step split-sweep 100 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 90
+elif [ "$MODE" = guard ]; then
+  record_baselines 70 adaptive_split dispatch adaptive_split_fp8mma
+  step perf-power-quiet 170 python3 benchmarks/perf_power.py --out "$RES/perf-quiet" --kernel adaptive_split \
+      --kernel dispatch --kernel adaptive_split_fp8mma --reps 20 --planted-reps 5 --subprocess-runs 0 --max-seconds 150
+  step lean-sweep 75 python3 benchmarks/sweep.py lean --out "$RES" --reps 20 --max-seconds 60
 elif [ "$MODE" = last ]; then
   main_job_cold main-job-cold 130 parity
   record_baselines 60 adaptive_split dispatch adaptive_split_fp8mma fixed_split lean

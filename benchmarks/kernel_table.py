@@ -1,5 +1,5 @@
 """The kernels' speed on the cells of issue #11, side by side, in one harness: CUDA-graph replay
-of one launch, the L2 flushed (a 256 MB read) before every replay, events around the replay
+of one launch, the L2 flushed (a 256 MB read; --flush zero: a memset) before every replay, events around the replay
 alone, median of repeats (decode_conformance.timing). bf16, paged KV (16-key pages, shuffled),
 torch SDPA on a dense contiguous copy as the peer.
 
@@ -32,7 +32,7 @@ from decode_conformance.cases import Case  # noqa: E402
 from decode_conformance.metrics import cosine  # noqa: E402
 from decode_conformance.runner import prepare  # noqa: E402
 from decode_conformance_kernels import registry  # noqa: E402
-from sweep import shared_batch, time_on_batch  # noqa: E402
+from sweep import add_flush_option, shared_batch, time_on_batch  # noqa: E402
 
 K = 1024
 RAGGED16 = (1600, 65536, 4096, 32768, 2048, 48000, 8192, 16384, 24576, 1700, 40000, 60000, 12000, 30000, 57000, 28144)
@@ -172,8 +172,10 @@ def run_meta(reps: int, copy_tbs: float, **extra) -> dict:
     import triton
     return dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                copy_tbs=copy_tbs, read_tbs=timing.read_bandwidth_tbs(), reps=reps,
-                method="CUDA-graph replay, 256 MB L2 flush before each, events around the replay, median", **extra)
+                copy_tbs=copy_tbs, read_tbs=timing.read_bandwidth_tbs(), reps=reps, flush=timing.BENCH_FLUSH,
+                method=f"CUDA-graph replay, 256 MB L2 flush ({timing.BENCH_FLUSH}) before each, events around "
+                       "the replay, median", **extra)
+
 
 
 def main():
@@ -182,13 +184,15 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--max-seconds", type=float, default=240)
+    add_flush_option(ap)
     a = ap.parse_args()
+    timing.set_bench_flush(a.flush)
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + a.max_seconds
     tbs = timing.copy_bandwidth_tbs()
     meta = run_meta(a.reps, tbs)
-    print(f"copy {tbs:.2f} TB/s, read {meta['read_tbs']:.2f} TB/s", flush=True)
+    print(f"copy {tbs:.2f} TB/s, read {meta['read_tbs']:.2f} TB/s, flush {timing.BENCH_FLUSH}", flush=True)
     if a.mode == "table":
         print("| cell | floor us | adaptive (% floor) | fixed-8 | lean | dispatch | SDPA dense |\n|---|---|---|---|---|---|---|")
     rows = table(a.reps, tbs, deadline) if a.mode == "table" else tune(a.reps, tbs, deadline)

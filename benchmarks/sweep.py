@@ -1,4 +1,4 @@
-"""Kernel-time sweeps on a GPU: CUDA-graph replay with the L2 flushed, median of repeats.
+"""Kernel-time sweeps on a GPU: CUDA-graph replay with the L2 flushed (--flush), median of repeats.
 
     python benchmarks/sweep.py split --out results/   # issue: adaptive split-K vs fixed vs SDPA
     python benchmarks/sweep.py lean  --out results/   # issue: Lean vs adaptive split-K, ragged
@@ -51,6 +51,13 @@ def _case(shape, lens, seed=7) -> Case:
     mla = len(shape) == 4
     return Case(kv_dtype="bf16", num_q_heads=hq, num_kv_heads=hkv, head_dim=d, v_head_dim=shape[3] if mla else None,
                 mla=mla, seq_lens=tuple(lens), layout="paged", page_size=16, seed=seed)
+
+
+def add_flush_option(ap: argparse.ArgumentParser) -> None:
+    """--flush: the L2 flush before each replay (timing.set_bench_flush)."""
+    ap.add_argument("--flush", choices=timing.FLUSH_MODES, default="read",
+                    help="L2 flush before each replay: read (clean lines; the perf guard's) or zero (a memset: "
+                         "dirty lines the timed kernel writes back; the records before the option)")
 
 
 def shared_batch(case, device="cuda"):
@@ -157,7 +164,8 @@ def lean_sweep(reps, tbs, quick=False, deadline=float("inf")):
 def _md_split(rows, meta):
     out = [f"# Split-K sweep ({meta['gpu']}, {meta['date']})", "",
            f"torch {meta['torch']}, triton {meta['triton']}, copy bandwidth {meta['copy_tbs']:.2f} TB/s; "
-           "bf16, paged 16, uniform lengths, CUDA-graph replay after an L2 flush, median us. "
+           f"bf16, paged 16, uniform lengths, CUDA-graph replay after an L2 flush ({meta.get('flush', 'zero')}), "
+           "median us. "
            "% = floor / time (floor: K+V bytes once at the copy bandwidth).", "",
            "| shape | batch | ctx | floor | adaptive | fixed (8) | torch SDPA (contig) | adaptive/fixed |",
            "|---|---|---|---|---|---|---|---|"]
@@ -174,7 +182,8 @@ def _md_split(rows, meta):
 def _md_lean(rows, meta):
     out = [f"# Lean sweep ({meta['gpu']}, {meta['date']})", "",
            f"torch {meta['torch']}, triton {meta['triton']}; bf16, paged 16, lengths uniform (r = 1.0) or drawn "
-           "from [r x ctx, ctx] (seeded); CUDA-graph replay after an L2 flush, median us.", "",
+           f"from [r x ctx, ctx] (seeded); CUDA-graph replay after an L2 flush ({meta.get('flush', 'zero')}), "
+           "median us.", "",
            "| shape | batch | ctx | r | mean len | lean | adaptive split-K | speedup (split/lean) | cosine |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -194,12 +203,14 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--max-seconds", type=float, default=float("inf"),
                     help="stop starting new cells after this long; what was measured is written")
+    add_flush_option(ap)
     args = ap.parse_args()
+    timing.set_bench_flush(args.flush)
     import triton
     tbs = timing.copy_bandwidth_tbs()
     meta = {"gpu": torch.cuda.get_device_name(), "sms": torch.cuda.get_device_properties(0).multi_processor_count,
             "torch": torch.__version__, "triton": triton.__version__,
-            "date": datetime.date.today().isoformat(), "copy_tbs": tbs,
+            "date": datetime.date.today().isoformat(), "copy_tbs": tbs, "flush": timing.BENCH_FLUSH,
             "command": " ".join(sys.argv)}
     print(json.dumps(meta), flush=True)
     t0 = time.time()

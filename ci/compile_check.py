@@ -163,7 +163,7 @@ def on_target(fn, target_name: str):
 
 # Host helpers of the split-K kernels whose result depends on the GPU (triton_common): run as
 # on the target while launches are recorded.
-DEVICE_DEPENDENT = ("kv_operand", "fp8_mma_code")
+DEVICE_DEPENDENT = ("kv_operand", "fp8_mma_code", "dependent_launch")
 
 
 # ----------------------------------------------------------------------------------------
@@ -494,8 +494,9 @@ def _cuobjdump() -> Optional[str]:
 
 
 def resources(compiled, target: Target) -> dict:
-    """Registers, spills and matrix instructions of a compiled kernel, where readable."""
-    out = {"regs": None, "spill": None, "mma": ""}
+    """Registers, spills, matrix instructions and grid-dependency instructions (programmatic
+    dependent launch, NVIDIA sm_90+) of a compiled kernel, where readable."""
+    out = {"regs": None, "spill": None, "mma": "", "griddep": ""}
     if target.is_hip:
         asm = compiled.asm.get("amdgcn", "")
         m = {k: int(v) for k, v in re.findall(r"\.(vgpr_count|sgpr_count|agpr_count|vgpr_spill_count|sgpr_spill_count):\s*(\d+)", asm)}
@@ -513,6 +514,7 @@ def resources(compiled, target: Target) -> dict:
     kinds |= set(f"wgmma:{t}" for t in re.findall(r"\bwgmma\.mma_async\.sync\.aligned\.m\d+n\d+k\d+\.f32\.(\w+)\.", ptx))
     kinds |= set(f"tcgen05:{t}" for t in re.findall(r"\btcgen05\.mma\S*?\.kind::(\w+)", ptx))
     out["mma"] = " ".join(sorted(kinds))
+    out["griddep"] = " ".join(sorted(set(re.findall(r"\bgriddepcontrol\.(\w+)", ptx))))
     exe = _cuobjdump()
     if exe and "cubin" in compiled.asm:
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -543,7 +545,7 @@ def compile_unit(unit: Unit) -> dict:
     backend = make_backend(target.gpu)
     row = {"target": unit.target, "fn": unit.fn, "kernel": unit.kernel, "variants": unit.variants,
            "num_warps": None, "num_stages": None, "shared": None, "smem_limit": target.smem,
-           "regs": None, "spill": None, "mma": "", "status": "ok", "error": "", "note": "", "seconds": 0.0}
+           "regs": None, "spill": None, "mma": "", "griddep": "", "status": "ok", "error": "", "note": "", "seconds": 0.0}
     t0 = time.time()
     if unit.error:
         row["status"], row["error"] = "fail", unit.error
@@ -655,14 +657,14 @@ def markdown(rows: list, excluded: list, seconds: float) -> str:
     if notes:
         out += ["### Notes", ""] + [f"- {r['target']} {r['fn']} ({r['variants'][0]}): {r['note']}" for r in notes] + [""]
     out += ["spill: NVIDIA, bytes of stack per thread (ptxas spills there); AMD, VGPRs spilled to scratch.", "",
-            "| target | kernel | function | first variant (of n) | warps | stages | shared B | regs | spill | mma | status |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| target | kernel | function | first variant (of n) | warps | stages | shared B | regs | spill | mma | griddep | status |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r['error'][:160]}"
         status += f" ({r['note']})" if r["note"] else ""
         out.append(f"| {r['target']} | {r['kernel']} | {r['fn']} | {r['variants'][0]} ({len(r['variants'])}) | "
                    f"{r['num_warps']} | {r['num_stages']} | {r['shared']} | {r['regs']} | {r['spill']} | "
-                   f"{r['mma']} | {status} |")
+                   f"{r['mma']} | {r['griddep']} | {status} |")
     if excluded:
         reasons: dict = {}
         for t, k, _, why in excluded:

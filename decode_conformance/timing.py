@@ -12,12 +12,14 @@ elapsed time of the two events is therefore the device time of the work alone: t
 (tens of microseconds of device time) keeps the GPU busy while the host enqueues the
 replay, so host launch latency is not in the sample.
 
-Two flushes: "zero" (`buf.zero_()` of 256 MB, what triton.testing.do_bench does and what
-the sweeps in benchmarks/ use) leaves the L2 full of *dirty* lines, which the timed kernel
-then writes back to memory as it evicts them - up to the L2 size of extra DRAM writes inside
-the sample. "read" (a read-only kernel over the same 256 MB) leaves the L2 full of clean
-lines of an unrelated buffer: the timed kernel starts cold and pays for its own traffic
-only. The perf guard uses "read" (decode_conformance/perf_guard.py).
+Two flushes: "zero" (`buf.zero_()` of 256 MB, what triton.testing.do_bench does) leaves the
+L2 full of *dirty* lines, which the timed kernel then writes back to memory as it evicts
+them - up to the L2 size of extra DRAM writes inside the sample. "read" (a read-only kernel
+over the same 256 MB) leaves the L2 full of clean lines of an unrelated buffer: the timed
+kernel starts cold and pays for its own traffic only. The perf guard uses "read"
+(decode_conformance/perf_guard.py), and so do the benchmarks (`BENCH_FLUSH`; their `--flush`
+picks "zero" to compare with the records taken with it, docs/gpu-runs/2026-12-01-h200's close
+1-13 and probe 1-8: on an H200 it added 5-10 us to a 30-150 us cell).
 """
 from __future__ import annotations
 
@@ -160,17 +162,32 @@ def warm_up(fn: Callable[[], None], device, flush: Optional[Callable[[], None]] 
     return n
 
 
+# The flush the benchmarks' replay timing uses unless told otherwise (`set_bench_flush`).
+BENCH_FLUSH = "read"
+
+
+def set_bench_flush(mode: str) -> None:
+    """The L2 flush of `replay_times_us` / `graph_median_us` for this process (a benchmark's
+    --flush option)."""
+    global BENCH_FLUSH
+    if mode not in FLUSH_MODES:
+        raise ValueError(f"flush mode: expected one of {FLUSH_MODES}, got {mode!r}")
+    BENCH_FLUSH = mode
+
+
 def replay_times_us(graph: torch.cuda.CUDAGraph, device, reps: int = 50, flush: bool = True,
-                    flush_mode: str = "zero") -> list[float]:
-    """Replay times of a captured graph, L2 flushed before each, after `warm_up`."""
-    fl = L2Flush(device, flush_mode) if flush else None
+                    flush_mode: Optional[str] = None) -> list[float]:
+    """Replay times of a captured graph, L2 flushed before each (`flush_mode`, default
+    BENCH_FLUSH), after `warm_up`."""
+    fl = L2Flush(device, flush_mode or BENCH_FLUSH) if flush else None
     warm_up(graph.replay, device, fl)
     return event_times_us(graph.replay, device, reps, fl)
 
 
-def graph_median_us(fn: Callable[[], None], device="cuda", reps: int = 50, flush: bool = True) -> float:
+def graph_median_us(fn: Callable[[], None], device="cuda", reps: int = 50, flush: bool = True,
+                    flush_mode: Optional[str] = None) -> float:
     g = capture(fn, device)
-    return statistics.median(replay_times_us(g, device, reps, flush))
+    return statistics.median(replay_times_us(g, device, reps, flush, flush_mode))
 
 
 def copy_bandwidth_tbs(device="cuda", nbytes: int = 4 * 2**30, reps: int = 10) -> float:

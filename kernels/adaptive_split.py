@@ -12,9 +12,11 @@ length. A request of one chunk (or none) is finished in stage 1: out and lse wri
 no partial round trip (the direct path).
 Stage 2, grid (B, Hq, column slices): recomputes the count, leaves rows of fewer than two
 chunks alone and merges the others SPLIT_TILE partials per step (the budget rounded up to a
-power of two, <= 64 partials and <= 8192 fp32 elements); a batch with fewer rows than SMs
+power of two, <= 128 partials and <= 8192 fp32 elements); a batch with fewer rows than SMs
 cuts the columns into slices (`triton_common.stage2_slices`). When the host knows no request
-can take two chunks, stage 2 is not launched.
+can take two chunks, stage 2 is not launched. On NVIDIA sm_90+ stage 2 is a programmatic
+dependent launch: its programs wait on the SMs for stage 1 to finish (`tc.wait_for_primary`)
+instead of being launched after it.
 
 Usable outside the suite through `decode_attention_adaptive(...)`; adapter `AdaptiveSplitKernel`.
 """
@@ -130,8 +132,9 @@ def _adaptive_stage1(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
     SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
-    MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, FP8_MMA: tl.constexpr,
+    MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, FP8_MMA: tl.constexpr, PDL: tl.constexpr,
 ):
+    tc.allow_dependents(PDL)
     b = tl.program_id(0)
     tile = tl.program_id(1)
     chunk = tl.program_id(2)
@@ -172,14 +175,16 @@ def _adaptive_stage2(
     Lse, stride_lseb, stride_lseh,
     Sinks, v_scale, has_sinks, store_lse,
     DV: tl.constexpr, SPLIT_TILE: tl.constexpr, SLICE_DV: tl.constexpr, SMALL_TILE: tl.constexpr,
-    MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr,
+    MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, PDL: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
+    # kv_indptr is an input of both stages (stage 1 does not write it): read before the wait
     L = tl.load(kv_indptr + b + 1) - tl.load(kv_indptr + b)
     L_vis = L - tl.maximum(L - visible, 0)
     total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
     n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
+    tc.wait_for_primary(PDL)
     if n >= 2:  # rows of 0 or 1 chunk were finished in stage 1
         tc.stage2_row(b, h, n, tl.program_id(2) * SLICE_DV,
                       Part, stride_pb, stride_ph, stride_ps,
@@ -268,6 +273,7 @@ def decode_attention_adaptive(
     grid_chunks = chunk_axis(q, k_cache, v_cache, S, max_visible, min_chunk, block_n)
     partials, partial_lse = tc.split_k_scratch(q, partials, partial_lse, workspace_shapes(B, Hq, Dv, grid_chunks))
     merge = grid_chunks >= 2  # else every request is finished in stage 1
+    pdl = tc.dependent_launch(q)  # stage 1 takes the flag whether or not stage 2 follows: one variant
     visible = tc.visible_arg(window)
     lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
     sinks_t = sinks if sinks is not None else partial_lse
@@ -286,7 +292,7 @@ def decode_attention_adaptive(
         float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, visible, S, occupancy, B,
         BLOCK_H=tiling["BLOCK_H"], BLOCK_N=block_n, SOFTCAP=bool(softcap),
         SHARE_KV=share_kv, E4M3_BITS=e4m3_bits,
-        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma),
+        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl),
         **dims, **cfg)
     if not merge:
         return
@@ -301,8 +307,8 @@ def decode_attention_adaptive(
         lse_t, lse_t.stride(0), lse_t.stride(1),
         sinks_t, float(v_scale), *flags,
         DV=Dv, SPLIT_TILE=tile, SLICE_DV=slice_dv, SMALL_TILE=min(tile, tc.STAGE2_SMALL_TILE),
-        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n,
-        num_warps=4 if tile * slice_dv <= 4096 else 8, num_stages=1)
+        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, PDL=int(pdl),
+        num_warps=4 if tile * slice_dv <= 4096 else 8, num_stages=1, **({"launch_pdl": True} if pdl else {}))
 
 
 CAPS = Capabilities(

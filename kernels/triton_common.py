@@ -10,6 +10,7 @@ Device side (@triton.jit, called from the kernels' own stage-1/stage-2 programs)
   merge_partials   stage 2: merge `count` partials, SPLIT_TILE of them per step
   finalize_rows    sinks + zero-length rows + normalisation, for stage 2 and the direct path
   stage2_row       merge_partials + finalize_rows + store of out / lse (one column slice)
+  allow_dependents / wait_for_primary   programmatic dependent launch of stage 2 (sm_90+)
 
 Host side (plain python): launch configs, fp8 operands; GQA head tiling, cache addressing and the
 window argument come from kv_layout (shared with the Lean kernel).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from . import kv_layout
 from .kv_layout import MIN_DOT, cache_addressing, next_pow2, visible_arg  # noqa: F401 (visible_arg: the kernels' tc.visible_arg)
@@ -304,6 +306,23 @@ def finalize_rows(acc, denom, m, sink, v_scale):
 
 
 @triton.jit
+def allow_dependents(PDL: tl.constexpr):
+    """Stage 1, first thing: lets the stage-2 grid launch once every stage-1 program has
+    started (PDL 1), instead of after the last one exits."""
+    if PDL:
+        gdc_launch_dependents()
+
+
+@triton.jit
+def wait_for_primary(PDL: tl.constexpr):
+    """Stage 2, before it reads a partial or writes an output: waits until the stage-1 grid
+    has finished and its writes are visible (PDL 1). Every stage-2 program calls it, also
+    those with nothing to merge, so stage 2 never completes before stage 1 does."""
+    if PDL:
+        gdc_wait()
+
+
+@triton.jit
 def stage2_row(
     b, h, count, dv0,
     Part, stride_pb, stride_ph, stride_ps,
@@ -400,6 +419,22 @@ def fp8_mma_code(cache, requested: bool) -> int:
             raise ValueError("fp8 MMAs need sm_89 or newer (this GPU is "
                              f"sm_{''.join(map(str, torch.cuda.get_device_capability(cache.device)))})")
     return 1
+
+
+# Programmatic dependent launch (PDL) of stage 2 on NVIDIA sm_90+: stage 2's programs are
+# placed on the SMs while stage 1's last programs run and wait there (griddepcontrol), so the
+# launch gap between the two kernels is not on the critical path. Tests and probes turn it off
+# here to compare.
+USE_PDL = True
+
+
+def dependent_launch(tensor) -> bool:
+    """Whether stage 2 is launched as a programmatic dependent of stage 1 on `tensor`'s device:
+    CUDA (not ROCm) sm_90 or newer, and USE_PDL. Never on the CPU interpreter."""
+    import torch
+    if not USE_PDL or tensor.device.type != "cuda" or torch.version.hip is not None:
+        return False
+    return torch.cuda.get_device_capability(tensor.device) >= (9, 0)
 
 
 def split_tile(cap: int, block_dv: int) -> int:

@@ -233,3 +233,21 @@ def test_shipped_fp8_mma_and_lean_kernels_across_targets(tmp_path, cc):
     labels = {v for r in lean if r["target"] == "gfx942" for v in r["variants"]}
     assert len(labels) == len(cc.GRID), f"gfx942: {len(labels)} of {len(cc.GRID)} grid rows compiled for lean"
     assert "| target | kernel | function |" in report.with_suffix(".md").read_text()
+
+
+def test_stage2_is_a_programmatic_dependent_launch_only_where_the_gpu_has_one(tmp_path):
+    """sm_90+: stage 1 lets stage 2 launch early (griddepcontrol.launch_dependents) and every
+    stage-2 program waits for stage 1 (griddepcontrol.wait) - a stage 2 without the wait would
+    read partials stage 1 has not written. sm_80 and AMD have no such launch: neither is emitted."""
+    report = tmp_path / "cc"
+    p = _run("ci/compile_check.py", "--kernels", "adaptive_split", "--targets", "sm_90", "sm_80", "gfx942",
+             "--report", str(report))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    rows = json.loads(report.with_suffix(".json").read_text())["rows"]
+    got: dict = {}
+    for r in rows:
+        got.setdefault((r["target"], r["fn"]), set()).add(r["griddep"])
+    assert got[("sm_90", "_adaptive_stage1")] == {"launch_dependents"}
+    assert got[("sm_90", "_adaptive_stage2")] == {"wait"}
+    for target in ("sm_80", "gfx942"):
+        assert got[(target, "_adaptive_stage1")] == got[(target, "_adaptive_stage2")] == {""}, target
