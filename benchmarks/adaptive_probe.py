@@ -29,8 +29,9 @@ shipped adaptive kernel with the merge tile capped at 64 and at 128 (one round),
 A / B / A / B on one prepared batch, and with stage 2 removed (its whole cost).
 
 Round 8 (`--variants pdl`): stage 2 as a programmatic dependent launch (sm_90+,
-`triton_common.USE_PDL`): the shipped kernel with and without it, A / B / A / B on one
-prepared batch, on the cells where adaptive trailed SDPA (batch 1 at 8k-128k, batches 4-32).
+`triton_common.USE_PDL`): the shipped kernel without it, with it triggered at the start of
+each stage-1 program and at its end (`PDL_TRIGGER`), A / B / C twice on one prepared batch,
+on the cells where adaptive trailed SDPA (batch 1 at 4k-128k, batches 4-32).
 
 Round 9 (`--variants layout`): how much of stage 1's distance to SDPA on batched cells is the
 cache layout. The same keys timed through the same kernel from the suite's paged cache
@@ -355,7 +356,7 @@ def stage2_probe(reps, tbs, deadline, device="cuda", cells=None):
     return rows
 
 
-PDL_CELLS = [((32, 8, 128), (8 * K,)), ((32, 8, 128), (16 * K,)), ((32, 8, 128), (32 * K,)),
+PDL_CELLS = [((32, 8, 128), (4 * K,)), ((16, 2, 256), (4 * K,)), ((32, 8, 128), (8 * K,)), ((32, 8, 128), (16 * K,)), ((32, 8, 128), (32 * K,)),
              ((32, 8, 128), (64 * K,)), ((32, 8, 128), (128 * K,)), ((16, 2, 256), (32 * K,)),
              ((16, 2, 256), (128 * K,)), ((32, 8, 128), (16 * K,) * 4), ((32, 8, 128), (16 * K,) * 16),
              ((32, 8, 128), (4 * K,) * 32)]
@@ -372,14 +373,16 @@ def pdl_probe(reps, tbs, deadline, device="cuda", cells=None):
         batch = shared_batch(case, device)
         ref = _sdpa_reference(row, case, batch, device, reps)
         args, kw = _shipped_args(case, batch, device)
-        shipped = new.tc.USE_PDL
-        for rnd, use in enumerate((False, True, False, True)):
-            new.tc.USE_PDL = use
-            try:
-                _time_checked(row, f"{'pdl' if use else 'plain'}_{rnd // 2}",
-                              lambda: new.decode_attention_adaptive(*args, **kw), batch.out, ref, device, reps)
-            finally:
-                new.tc.USE_PDL = shipped
+        shipped = new.tc.USE_PDL, new.tc.PDL_TRIGGER
+        for rnd in range(2):
+            for name, use, trigger in (("plain", False, "start"), ("pdl_start", True, "start"),
+                                       ("pdl_end", True, "end")):
+                new.tc.USE_PDL, new.tc.PDL_TRIGGER = use, trigger
+                try:
+                    _time_checked(row, f"{name}_{rnd}", lambda: new.decode_attention_adaptive(*args, **kw),
+                                  batch.out, ref, device, reps)
+                finally:
+                    new.tc.USE_PDL, new.tc.PDL_TRIGGER = shipped
         rows.append(row)
         _print_row(row)
         if batch.out.is_cuda:

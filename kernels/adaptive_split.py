@@ -134,7 +134,7 @@ def _adaptive_stage1(
     SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
     MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, FP8_MMA: tl.constexpr, PDL: tl.constexpr,
 ):
-    tc.allow_dependents(PDL)
+    tc.allow_dependents(PDL, False)
     b = tl.program_id(0)
     tile = tl.program_id(1)
     chunk = tl.program_id(2)
@@ -164,6 +164,7 @@ def _adaptive_stage1(
         else:
             tc.store_partial(b, head0, chunk, acc, m_i, l_i, Part, stride_pb, stride_ph, stride_ps,
                              PartLse, stride_lb, stride_lh, heads_per_tile, DV, BLOCK_H, BLOCK_DV)
+    tc.allow_dependents(PDL, True)
 
 
 @triton.jit(do_not_specialize=["has_sinks", "store_lse"])
@@ -184,7 +185,7 @@ def _adaptive_stage2(
     L_vis = L - tl.maximum(L - visible, 0)
     total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
     n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
-    tc.wait_for_primary(PDL)
+    tc.wait_for_primary(PDL > 0)
     if n >= 2:  # rows of 0 or 1 chunk were finished in stage 1
         tc.stage2_row(b, h, n, tl.program_id(2) * SLICE_DV,
                       Part, stride_pb, stride_ph, stride_ps,
@@ -292,7 +293,7 @@ def decode_attention_adaptive(
         float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, visible, S, occupancy, B,
         BLOCK_H=tiling["BLOCK_H"], BLOCK_N=block_n, SOFTCAP=bool(softcap),
         SHARE_KV=share_kv, E4M3_BITS=e4m3_bits,
-        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl),
+        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=pdl,
         **dims, **cfg)
     if not merge:
         return
@@ -307,7 +308,7 @@ def decode_attention_adaptive(
         lse_t, lse_t.stride(0), lse_t.stride(1),
         sinks_t, float(v_scale), *flags,
         DV=Dv, SPLIT_TILE=tile, SLICE_DV=slice_dv, SMALL_TILE=min(tile, tc.STAGE2_SMALL_TILE),
-        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, PDL=int(pdl),
+        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, PDL=pdl,
         num_warps=4 if tile * slice_dv <= 4096 else 8, num_stages=1, **({"launch_pdl": True} if pdl else {}))
 
 

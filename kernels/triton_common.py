@@ -306,10 +306,10 @@ def finalize_rows(acc, denom, m, sink, v_scale):
 
 
 @triton.jit
-def allow_dependents(PDL: tl.constexpr):
-    """Stage 1, first thing: lets the stage-2 grid launch once every stage-1 program has
-    started (PDL 1), instead of after the last one exits."""
-    if PDL:
+def allow_dependents(PDL: tl.constexpr, AT_END: tl.constexpr):
+    """Stage 1: lets the stage-2 grid launch once every stage-1 program has passed this point
+    (PDL 1 at the place AT_END says), instead of after the last one exits."""
+    if PDL == AT_END + 1:
         gdc_launch_dependents()
 
 
@@ -426,15 +426,19 @@ def fp8_mma_code(cache, requested: bool) -> int:
 # launch gap between the two kernels is not on the critical path. Tests and probes turn it off
 # here to compare.
 USE_PDL = True
+PDL_TRIGGER = "start"  # probe: "start" / "end" of a stage-1 program
 
 
-def dependent_launch(tensor) -> bool:
-    """Whether stage 2 is launched as a programmatic dependent of stage 1 on `tensor`'s device:
-    CUDA (not ROCm) sm_90 or newer, and USE_PDL. Never on the CPU interpreter."""
+def dependent_launch(tensor) -> int:
+    """The PDL constexpr: 0 (plain launch), 1 (stage 2 launched as a programmatic dependent of
+    stage 1, which triggers at its start) or 2 (... at its end): CUDA (not ROCm) sm_90 or
+    newer, and USE_PDL. Never on the CPU interpreter."""
     import torch
     if not USE_PDL or tensor.device.type != "cuda" or torch.version.hip is not None:
-        return False
-    return torch.cuda.get_device_capability(tensor.device) >= (9, 0)
+        return 0
+    if torch.cuda.get_device_capability(tensor.device) < (9, 0):
+        return 0
+    return 1 if PDL_TRIGGER == "start" else 2
 
 
 def split_tile(cap: int, block_dv: int) -> int:
