@@ -30,7 +30,7 @@ A / B / A / B on one prepared batch, and with stage 2 removed (its whole cost).
 
 Round 8 (`--variants pdl`): stage 2 as a programmatic dependent launch (sm_90+,
 `triton_common.USE_PDL`): the shipped kernel without it, with it triggered at the start of
-each stage-1 program and at its end (`PDL_TRIGGER`), A / B / C twice on one prepared batch,
+each stage-1 program, at its end, and where `adaptive_split.trigger_early` says, twice each on one prepared batch,
 on the cells where adaptive trailed SDPA (batch 1 at 4k-128k, batches 4-32).
 
 Round 9 (`--variants layout`): how much of stage 1's distance to SDPA on batched cells is the
@@ -362,6 +362,18 @@ PDL_CELLS = [((32, 8, 128), (4 * K,)), ((16, 2, 256), (4 * K,)), ((32, 8, 128), 
              ((32, 8, 128), (4 * K,) * 32)]
 
 
+def _rule_says_early(case, batch, kw):
+    """What the shipped trigger rule decides for this launch (recorded next to the times)."""
+    saved, seen = new.trigger_early, []
+    new.trigger_early = lambda *a: seen.append(saved(*a)) or seen[-1]
+    try:
+        new.decode_attention_adaptive(batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices,
+                                      batch.out, **kw)
+    finally:
+        new.trigger_early = saved
+    return bool(seen and seen[-1])
+
+
 def pdl_probe(reps, tbs, deadline, device="cuda", cells=None):
     rows = []
     for shape, lens in cells or PDL_CELLS:
@@ -373,16 +385,19 @@ def pdl_probe(reps, tbs, deadline, device="cuda", cells=None):
         batch = shared_batch(case, device)
         ref = _sdpa_reference(row, case, batch, device, reps)
         args, kw = _shipped_args(case, batch, device)
-        shipped = new.tc.USE_PDL, new.tc.PDL_TRIGGER
+        shipped = new.tc.USE_PDL, new.trigger_early
+        row["rule"] = "start" if _rule_says_early(case, batch, kw) else "end"
         for rnd in range(2):
-            for name, use, trigger in (("plain", False, "start"), ("pdl_start", True, "start"),
-                                       ("pdl_end", True, "end")):
-                new.tc.USE_PDL, new.tc.PDL_TRIGGER = use, trigger
+            for name, use, early in (("plain", False, None), ("pdl_start", True, True), ("pdl_end", True, False),
+                                     ("shipped", True, None)):
+                new.tc.USE_PDL = use
+                if early is not None:
+                    new.trigger_early = lambda *_a, e=early: e
                 try:
                     _time_checked(row, f"{name}_{rnd}", lambda: new.decode_attention_adaptive(*args, **kw),
                                   batch.out, ref, device, reps)
                 finally:
-                    new.tc.USE_PDL, new.tc.PDL_TRIGGER = shipped
+                    new.tc.USE_PDL, new.trigger_early = shipped
         rows.append(row)
         _print_row(row)
         if batch.out.is_cuda:

@@ -33,9 +33,12 @@
 #   OUT=$OUT bash benchmarks/h200_close.sh guard
 #     after a split-K change: sm_90 baselines of the split-K kernels, the guard's power for them
 #     on a quiet host, and the Lean sweep (read flush) for the gate's decisions.
+#   OUT=$OUT bash benchmarks/h200_close.sh pdl-final
+#     both of the above in one call, probe round 8 on the final trigger rule included;
+#     results.tgz is rewritten after every step, so a call cut off returns what it finished.
 # $OUT gets session.log (each step's command, tail, exit code, seconds) and results.tgz.
 set -u
-MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final|lean|stage2|last|pdl|guard}
+MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final|lean|stage2|last|pdl|guard|pdl-final}
 OUT=${OUT:-results}; mkdir -p "$OUT"; export PYTHONUNBUFFERED=1
 RES=/tmp/res; [ "$MODE" = last ] && RES="$OUT"; mkdir -p "$RES"
 LOG="$OUT/session.log"
@@ -47,6 +50,8 @@ step() {  # step NAME LIMIT_S CMD...
   local rc=$?
   tail -n 25 "$RES/$name.log" >> "$LOG"
   echo "=== $name: rc=$rc, $(( ($(date +%s%N) - s) / 1000000 )) ms" >> "$LOG"
+  [ "$MODE" = pdl-final ] && tar czf "$OUT/results.tgz" -C "$RES" .
+  return 0
 }
 main_job_cold() {  # main_job_cold NAME LIMIT_S REPORT: README's main job, its own empty Triton cache
   export TRITON_CACHE_DIR=/tmp/triton-cold-$MODE-$1  # never one a previous call filled
@@ -107,6 +112,15 @@ elif [ "$MODE" = guard ]; then
   step perf-power-quiet 170 python3 benchmarks/perf_power.py --out "$RES/perf-quiet" --kernel adaptive_split \
       --kernel dispatch --kernel adaptive_split_fp8mma --reps 20 --planted-reps 5 --subprocess-runs 0 --max-seconds 150
   step lean-sweep 75 python3 benchmarks/sweep.py lean --out "$RES" --reps 20 --max-seconds 60
+elif [ "$MODE" = pdl-final ]; then
+  main_job_cold main-job-cold 120 parity
+  step probe-pdl 90 python3 benchmarks/adaptive_probe.py --variants pdl --out "$RES/pdl" --reps 20 --max-seconds 75
+  record_baselines 45 adaptive_split dispatch adaptive_split_fp8mma
+  step perf-power-quiet 100 python3 benchmarks/perf_power.py --out "$RES/perf-quiet" --kernel adaptive_split \
+      --kernel dispatch --kernel adaptive_split_fp8mma --reps 20 --planted-reps 5 --subprocess-runs 0 --max-seconds 90
+  step table 40 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 32
+  step split-sweep 90 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 80
+  step lean-sweep 75 python3 benchmarks/sweep.py lean --out "$RES" --reps 20 --max-seconds 62
 elif [ "$MODE" = last ]; then
   main_job_cold main-job-cold 130 parity
   record_baselines 60 adaptive_split dispatch adaptive_split_fp8mma fixed_split lean

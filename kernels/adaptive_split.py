@@ -115,7 +115,7 @@ def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, blo
     return counts, starts, ends
 
 
-@triton.jit(do_not_specialize=["has_sinks", "store_lse"])
+@triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early"])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -127,14 +127,14 @@ def _adaptive_stage1(
     Lse, stride_lseb, stride_lseh,
     Sinks, v_scale, has_sinks, store_lse,
     group, heads_per_tile, tiles_per_kv,
-    qk_scale, softcap, visible, grid, occupancy, B,
+    qk_scale, softcap, visible, grid, occupancy, B, pdl_early,
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
     SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
     MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, FP8_MMA: tl.constexpr, PDL: tl.constexpr,
 ):
-    tc.allow_dependents(PDL, False)
+    tc.allow_dependents(PDL, pdl_early != 0)
     b = tl.program_id(0)
     tile = tl.program_id(1)
     chunk = tl.program_id(2)
@@ -164,7 +164,7 @@ def _adaptive_stage1(
         else:
             tc.store_partial(b, head0, chunk, acc, m_i, l_i, Part, stride_pb, stride_ph, stride_ps,
                              PartLse, stride_lb, stride_lh, heads_per_tile, DV, BLOCK_H, BLOCK_DV)
-    tc.allow_dependents(PDL, True)
+    tc.allow_dependents(PDL, pdl_early == 0)
 
 
 @triton.jit(do_not_specialize=["has_sinks", "store_lse"])
@@ -185,7 +185,7 @@ def _adaptive_stage2(
     L_vis = L - tl.maximum(L - visible, 0)
     total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
     n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
-    tc.wait_for_primary(PDL > 0)
+    tc.wait_for_primary(PDL)
     if n >= 2:  # rows of 0 or 1 chunk were finished in stage 1
         tc.stage2_row(b, h, n, tl.program_id(2) * SLICE_DV,
                       Part, stride_pb, stride_ph, stride_ps,
@@ -193,6 +193,22 @@ def _adaptive_stage2(
                       Out, stride_ob, stride_oh, stride_od,
                       Lse, stride_lseb, stride_lseh,
                       Sinks, v_scale, has_sinks, store_lse, DV, SPLIT_TILE, SLICE_DV, SMALL_TILE)
+
+
+# Where stage 1 lets its dependent stage 2 launch (PDL, sm_90+). A stage-2 program launched
+# early is placed at once on whatever SM has room, and waits there for stage 1 to finish: when
+# stage 1 leaves room for all of them they are spread over the GPU, otherwise they pile onto
+# the few free SMs and merge there, slower than a stage 2 launched after stage 1. H200 (probe
+# round 8, docs/gpu-runs/2026-12-01-h200/probe9): triggered at the start, 32/8/128 and
+# 16/2/256 at 1 x 4k and 32/8/128 at 1 x 8k ran 0.8-0.9 us faster (room for both grids), but
+# 16/2/256 at 1 x 32k and 1 x 128k (256 of 264 slots taken by stage 1) 0.5 us slower;
+# triggered at the end of each program, those ran 0.2-0.7 us faster and the short cells gained
+# 0-0.5 us.
+def trigger_early(stage1_programs: int, stage2_programs: int, slots: int) -> bool:
+    """True: stage 1 triggers the dependent launch at each program's start, because stage 2's
+    programs fit in the program slots (`programs per SM x SMs` of stage 1) stage 1 leaves
+    free; False: at each program's end."""
+    return stage1_programs + stage2_programs <= slots
 
 
 def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None, num_sms: Optional[int] = None,
@@ -275,6 +291,9 @@ def decode_attention_adaptive(
     partials, partial_lse = tc.split_k_scratch(q, partials, partial_lse, workspace_shapes(B, Hq, Dv, grid_chunks))
     merge = grid_chunks >= 2  # else every request is finished in stage 1
     pdl = tc.dependent_launch(q)  # stage 1 takes the flag whether or not stage 2 follows: one variant
+    slices = (stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)) if merge else 0
+    early = merge and pdl and trigger_early(B * tiling["kv_head_tiles"] * grid_chunks, B * Hq * slices,
+                                            split_rule.launch_shape(Dk, Dv < Dk)[0] * split_rule.num_sms(q.device))
     visible = tc.visible_arg(window)
     lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
     sinks_t = sinks if sinks is not None else partial_lse
@@ -290,14 +309,13 @@ def decode_attention_adaptive(
         lse_t, lse_t.stride(0), lse_t.stride(1),
         sinks_t, float(v_scale), *flags,
         tiling["group"], tiling["heads_per_tile"], tiling["tiles_per_kv"],
-        float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, visible, S, occupancy, B,
+        float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, visible, S, occupancy, B, int(early),
         BLOCK_H=tiling["BLOCK_H"], BLOCK_N=block_n, SOFTCAP=bool(softcap),
         SHARE_KV=share_kv, E4M3_BITS=e4m3_bits,
-        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=pdl,
+        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl),
         **dims, **cfg)
     if not merge:
         return
-    slices = stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)
     slice_dv = dims["BLOCK_DV"] // slices
     tile = tc.split_tile(grid_chunks, slice_dv)
     _adaptive_stage2[(B, Hq, slices)](
@@ -308,7 +326,7 @@ def decode_attention_adaptive(
         lse_t, lse_t.stride(0), lse_t.stride(1),
         sinks_t, float(v_scale), *flags,
         DV=Dv, SPLIT_TILE=tile, SLICE_DV=slice_dv, SMALL_TILE=min(tile, tc.STAGE2_SMALL_TILE),
-        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, PDL=pdl,
+        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, PDL=int(pdl),
         num_warps=4 if tile * slice_dv <= 4096 else 8, num_stages=1, **({"launch_pdl": True} if pdl else {}))
 
 

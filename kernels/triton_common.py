@@ -306,11 +306,13 @@ def finalize_rows(acc, denom, m, sink, v_scale):
 
 
 @triton.jit
-def allow_dependents(PDL: tl.constexpr, AT_END: tl.constexpr):
-    """Stage 1: lets the stage-2 grid launch once every stage-1 program has passed this point
-    (PDL 1 at the place AT_END says), instead of after the last one exits."""
-    if PDL == AT_END + 1:
-        gdc_launch_dependents()
+def allow_dependents(PDL: tl.constexpr, now):
+    """Stage 1: when `now`, lets the stage-2 grid launch once every stage-1 program has done
+    so (PDL 1), instead of after the last one exits. Called at a program's start and at its
+    end with complementary conditions (`adaptive_split.trigger_early`)."""
+    if PDL:
+        if now:
+            gdc_launch_dependents()
 
 
 @triton.jit
@@ -423,22 +425,18 @@ def fp8_mma_code(cache, requested: bool) -> int:
 
 # Programmatic dependent launch (PDL) of stage 2 on NVIDIA sm_90+: stage 2's programs are
 # placed on the SMs while stage 1's last programs run and wait there (griddepcontrol), so the
-# launch gap between the two kernels is not on the critical path. Tests and probes turn it off
-# here to compare.
+# launch gap between the two kernels is not on the critical path. Probes turn it off here to
+# compare (benchmarks/adaptive_probe.py, round 8).
 USE_PDL = True
-PDL_TRIGGER = "start"  # probe: "start" / "end" of a stage-1 program
 
 
-def dependent_launch(tensor) -> int:
-    """The PDL constexpr: 0 (plain launch), 1 (stage 2 launched as a programmatic dependent of
-    stage 1, which triggers at its start) or 2 (... at its end): CUDA (not ROCm) sm_90 or
-    newer, and USE_PDL. Never on the CPU interpreter."""
+def dependent_launch(tensor) -> bool:
+    """Whether stage 2 is launched as a programmatic dependent of stage 1 on `tensor`'s device:
+    CUDA (not ROCm) sm_90 or newer, and USE_PDL. Never on the CPU interpreter."""
     import torch
     if not USE_PDL or tensor.device.type != "cuda" or torch.version.hip is not None:
-        return 0
-    if torch.cuda.get_device_capability(tensor.device) < (9, 0):
-        return 0
-    return 1 if PDL_TRIGGER == "start" else 2
+        return False
+    return torch.cuda.get_device_capability(tensor.device) >= (9, 0)
 
 
 def split_tile(cap: int, block_dv: int) -> int:
