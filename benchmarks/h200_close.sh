@@ -33,12 +33,16 @@
 #   OUT=$OUT bash benchmarks/h200_close.sh guard
 #     after a split-K change: sm_90 baselines of the split-K kernels, the guard's power for them
 #     on a quiet host, and the Lean sweep (read flush) for the gate's decisions.
+#   OUT=$OUT bash benchmarks/h200_close.sh ncu
+#     Nsight Compute counters of stage 1 / stage 2 and SDPA's kernels on three cells
+#     (benchmarks/ncu_cells.py), probe round 8 with the guard's ragged and b32 cells, and the
+#     perf guard three times against the committed sm_90 baselines (recorded on another machine).
 #   OUT=$OUT bash benchmarks/h200_close.sh pdl-final
 #     both of the above in one call, probe round 8 on the final trigger rule included;
 #     results.tgz is rewritten after every step, so a call cut off returns what it finished.
 # $OUT gets session.log (each step's command, tail, exit code, seconds) and results.tgz.
 set -u
-MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final|lean|stage2|last|pdl|guard|pdl-final}
+MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final|lean|stage2|last|pdl|guard|pdl-final|ncu}
 OUT=${OUT:-results}; mkdir -p "$OUT"; export PYTHONUNBUFFERED=1
 RES=/tmp/res; [ "$MODE" = last ] && RES="$OUT"; mkdir -p "$RES"
 LOG="$OUT/session.log"
@@ -121,6 +125,16 @@ elif [ "$MODE" = pdl-final ]; then
   step table 40 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 32
   step split-sweep 90 python3 benchmarks/sweep.py split --out "$RES" --reps 20 --max-seconds 80
   step lean-sweep 75 python3 benchmarks/sweep.py lean --out "$RES" --reps 20 --max-seconds 62
+elif [ "$MODE" = ncu ]; then
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  step ncu 200 "$NCU" --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section Occupancy --section WarpStateStats --section LaunchStats --section SchedulerStats \
+      -k 'regex:adaptive|flash|fmha|attention|sdpa|cudnn' python3 benchmarks/ncu_cells.py
+  step probe-pdl 100 python3 benchmarks/adaptive_probe.py --variants pdl --out "$RES/pdl" --reps 20 --max-seconds 85
+  for run in 1 2 3; do
+    step "perf-compare-$run" 60 python3 -m pytest suites/perf -p no:cacheprovider -q \
+        --kernel=adaptive_split --kernel=dispatch --kernel=adaptive_split_fp8mma
+  done
 elif [ "$MODE" = last ]; then
   main_job_cold main-job-cold 130 parity
   record_baselines 60 adaptive_split dispatch adaptive_split_fp8mma fixed_split lean
