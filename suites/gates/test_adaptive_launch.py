@@ -110,3 +110,49 @@ def test_more_than_64_partials_merge_in_one_round(slices):
     v, launches = _run(LONG, splits=128, occupancy=128, stage2_slices=slices)
     assert v.passed, v.summary()
     assert [g[2] for g in launches] == [slices]
+
+
+# More requests than a stage-1 program scans per step (adaptive_split.REQUEST_SCAN): 70, of
+# 0 to 300 keys, with two long ones (11 and 7 chunks of a 128-key chunk) past the first 64.
+MANY = MIXED.replace(seq_lens=tuple((37 * i) % 301 for i in range(66)) + (1500, 0, 900, 5), sinks=False, seed=8)
+
+
+def test_work_items_past_the_first_scan_step():
+    """Stage 1's programs find their request and chunk by scanning the batch REQUEST_SCAN
+    requests at a time; the items of requests 64-69 (a long one among them) live in the second
+    step. A scan that loses the first step's item count maps them onto the wrong requests."""
+    mod, _ = _adaptive()
+    assert len(MANY.seq_lens) > mod.REQUEST_SCAN
+    v, _ = _run(MANY)
+    assert v.passed, v.summary()
+
+
+def test_work_items_bound_every_batch():
+    """The stage-1 grid (`work_items`) holds every request's max(count, 1) items, for any
+    lengths: uniform, ragged, one long request among empty ones, under a length bound or not
+    (counts from the pure-python rule, `split_rule`, which the device mirrors are held to)."""
+    import random
+
+    from decode_conformance_kernels import split_rule
+    mod, _ = _adaptive()
+    rng = random.Random(11)
+    for trial in range(400):
+        B = rng.choice([1, 2, 3, 7, 16, 33, 64, 65, 200])
+        tiles = rng.choice([1, 2, 8, 32])
+        S = split_rule.grid_splits(B, tiles, 132)
+        occ = split_rule.occupancy_splits(B, tiles, 132)
+        kind = trial % 3
+        cap_len = rng.choice([300, 5000, 200000])
+        if kind == 0:
+            lens = [cap_len] * B
+        elif kind == 1:
+            lens = [rng.randrange(0, cap_len + 1) for _ in range(B)]
+        else:
+            lens = [0] * B
+            lens[rng.randrange(B)] = cap_len
+        bound = rng.choice([None, cap_len])
+        axis = S if bound is None else max(1, split_rule.chunk_count_for_cap(bound, S, split_rule.MIN_CHUNK, 64))
+        total = sum(lens)
+        need = sum(max(1, split_rule.chunk_count_for_cap(L, split_rule.request_cap(L, total, S, occ),
+                                                         split_rule.MIN_CHUNK, 64)) for L in lens)
+        assert need <= mod.work_items(B, axis, S, occ), (B, tiles, lens[:8], bound)
