@@ -7,7 +7,7 @@ fixed-split kernel and torch SDPA on dense KV as peers. CUDA-graph replay, 256 M
 before each replay, median (decode_conformance.timing). Each variant's output is checked
 against SDPA's (or fixed-split's for MLA) before its time counts.
 
-    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks|waves|pipeline|lean|stage2|pdl|layout|grid] [--reps 20] [--max-seconds 420]
+    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks|waves|pipeline|lean|stage2|pdl|layout] [--reps 20] [--max-seconds 420]
 
 Round 5 (`--variants pipeline`): key-block pipelining. Compiled for sm_90, the stage-1 loop of
 the shipped configs (num_stages 3, and Lean's 2) keeps one K and one V buffer and waits for
@@ -32,14 +32,6 @@ Round 8 (`--variants pdl`): stage 2 as a programmatic dependent launch (sm_90+,
 `triton_common.USE_PDL`): the shipped kernel without it, with it triggered at the start of
 each stage-1 program, at its end, and where `adaptive_split.trigger_early` says, twice each on one prepared batch,
 on the cells where adaptive trailed SDPA (batch 1 at 4k-128k, batches 4-32).
-
-Round 10 (`--variants grid`): stage 1's grid sized by work items (`adaptive_split.work_items`:
-at most B x the occupancy count + the budget chunks, times the head tiles) against the
-previous B x tiles x budget grid, most of whose programs exit at once on batched cells; and
-the same with stage 1's registers capped where the split rule's programs per SM fit
-(`STAGE1_MAX_REGISTERS`: a program that finds its request from a reduction holds it in
-ordinary registers; compiled for sm_90 on CPU, 94 -> 113 registers). Needs the previous
-commit's kernels in `benchmarks/_old_kernels`; each variant twice on one batch.
 
 Round 9 (`--variants layout`): how much of stage 1's distance to SDPA on batched cells is the
 cache layout. The same keys timed through the same kernel from the suite's paged cache
@@ -415,54 +407,6 @@ def pdl_probe(reps, tbs, deadline, device="cuda", cells=None):
     return rows
 
 
-GRID_CELLS = [((32, 8, 128), (128 * K,)), ((32, 8, 128), (16 * K,) * 4), ((32, 8, 128), (16 * K,) * 16),
-              ((32, 8, 128), (64 * K,) * 16), ((32, 8, 128), (16 * K,) * 32), ((32, 8, 128), (4 * K,) * 32),
-              ((32, 8, 128), (K,) * 32), ((16, 2, 256), (4 * K,) * 16), ((16, 2, 256), (16 * K,) * 32),
-              ((32, 8, 128), RAGGED16), ((28, 4, 128), None), ((32, 8, 128), (128 * K, K, 64 * K, 7))]
-
-
-def _register_cap(case):
-    """The registers per thread at which an SM holds the programs per SM the split rule
-    counts on (64K registers per SM, allocated 8 per thread at a time)."""
-    mla = case.v_head_dim < case.head_dim
-    cfg = new.tc.kernel_config("cuda", case.head_dim, case.v_head_dim, mla)
-    pps = new.split_rule.launch_shape(case.head_dim, mla)[0]
-    return min(255, 65536 // (pps * cfg["num_warps"] * 32) // 8 * 8)
-
-
-def grid_probe(reps, tbs, deadline, device="cuda", cells=None):
-    if old is None:
-        raise SystemExit("round 10 needs the previous kernels in benchmarks/_old_kernels")
-    rows = []
-    for shape, lens in cells or GRID_CELLS:
-        if time.time() > deadline:
-            break
-        if lens is None:  # the Lean sweep's cell of 16 requests drawn from [0.1 x 16k, 16k], its seed
-            lens = _ragged_lens(16, 16 * K, 0.1, seed=1000 * 16 + 16 * K % 997 + 1)
-        case = _case(shape, lens)
-        row = dict(cell=_label(shape, lens), floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads,
-                                                                          shape[2], 2, tbs))
-        batch = shared_batch(case, device)
-        ref = _sdpa_reference(row, case, batch, device, reps)
-        args, kw = _shipped_args(case, batch, device)
-        cap = _register_cap(case)
-        row["reg_cap"] = cap
-        for rnd in range(2):
-            for name, mod, regs in (("old", old, None), ("new", new, None), ("new_cap", new, cap)):
-                new.STAGE1_MAX_REGISTERS = regs
-                try:
-                    _time_checked(row, f"{name}_{rnd}", lambda: mod.decode_attention_adaptive(*args, **kw), batch.out,
-                                  ref, device, reps)
-                finally:
-                    new.STAGE1_MAX_REGISTERS = None
-        rows.append(row)
-        _print_row(row)
-        del batch
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    return rows
-
-
 LAYOUT_CELLS = [((32, 8, 128), (128 * K,)), ((16, 2, 256), (128 * K,)), ((32, 8, 128), (16 * K,) * 16),
                 ((32, 8, 128), (64 * K,) * 16), ((32, 8, 128), (16 * K,) * 32)]
 
@@ -589,14 +533,12 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--max-seconds", type=float, default=420)
-    ap.add_argument("--variants", choices=("launch", "chunks", "waves", "pipeline", "lean", "stage2", "pdl", "layout",
-                                                "grid"),
+    ap.add_argument("--variants", choices=("launch", "chunks", "waves", "pipeline", "lean", "stage2", "pdl", "layout"),
                     default="launch",
                     help="launch: slices, budget, configs (rounds 1-2); chunks: smallest chunk, programs per SM; "
                          "waves: the occupancy count on batched cells; pipeline: double-buffered launch configs; "
                          "lean: Lean's launch config and head tile; stage2: the merge tile at batch 1; "
-                         "pdl: stage 2 as a dependent launch; layout: the cache layout's share; grid: stage 1's grid by "
-                         "work items")
+                         "pdl: stage 2 as a dependent launch; layout: the cache layout's share")
     add_flush_option(ap)
     a = ap.parse_args()
     timing.set_bench_flush(a.flush)
@@ -616,8 +558,6 @@ def main():
         rows = pdl_probe(a.reps, tbs, deadline)
     elif a.variants == "layout":
         rows = layout_probe(a.reps, tbs, deadline)
-    elif a.variants == "grid":
-        rows = grid_probe(a.reps, tbs, deadline)
     else:
         rows = probe(a.reps, tbs, deadline, a.variants)
     meta["ir"] = _ir_counts(new._adaptive_stage1)

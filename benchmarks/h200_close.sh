@@ -37,15 +37,16 @@
 #     Nsight Compute counters of stage 1 / stage 2 and SDPA's kernels on three cells
 #     (benchmarks/ncu_cells.py), probe round 8 with the guard's ragged and b32 cells, and the
 #     perf guard three times against the committed sm_90 baselines (recorded on another machine).
-#   OUT=$OUT bash benchmarks/h200_close.sh grid
-#     stage 1's grid by work items: the main job cold, probe round 10 (needs the previous
-#     kernels in benchmarks/_old_kernels) and the kernel table.
+#   OUT=$OUT bash benchmarks/h200_close.sh baselines
+#     the final commit: the main job cold, sm_90 baselines of every shipped kernel on this one
+#     machine (with its GPU UUID), the guard against them (the same machine), and against the
+#     files committed before (recorded on other machines: the `machine:` note).
 #   OUT=$OUT bash benchmarks/h200_close.sh pdl-final
 #     both of the above in one call, probe round 8 on the final trigger rule included;
 #     results.tgz is rewritten after every step, so a call cut off returns what it finished.
 # $OUT gets session.log (each step's command, tail, exit code, seconds) and results.tgz.
 set -u
-MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final|lean|stage2|last|pdl|guard|pdl-final|ncu|grid}
+MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final|lean|stage2|last|pdl|guard|pdl-final|ncu|baselines}
 OUT=${OUT:-results}; mkdir -p "$OUT"; export PYTHONUNBUFFERED=1
 RES=/tmp/res; [ "$MODE" = last ] && RES="$OUT"; mkdir -p "$RES"
 LOG="$OUT/session.log"
@@ -57,7 +58,7 @@ step() {  # step NAME LIMIT_S CMD...
   local rc=$?
   tail -n 25 "$RES/$name.log" >> "$LOG"
   echo "=== $name: rc=$rc, $(( ($(date +%s%N) - s) / 1000000 )) ms" >> "$LOG"
-  case "$MODE" in pdl-final|grid) tar czf "$OUT/results.tgz" -C "$RES" . ;; esac
+  case "$MODE" in pdl-final|baselines) tar czf "$OUT/results.tgz" -C "$RES" . ;; esac
   return 0
 }
 main_job_cold() {  # main_job_cold NAME LIMIT_S REPORT: README's main job, its own empty Triton cache
@@ -138,13 +139,12 @@ elif [ "$MODE" = ncu ]; then
     step "perf-compare-$run" 60 python3 -m pytest suites/perf -p no:cacheprovider -q \
         --kernel=adaptive_split --kernel=dispatch --kernel=adaptive_split_fp8mma
   done
-elif [ "$MODE" = grid ]; then
+elif [ "$MODE" = baselines ]; then
   main_job_cold main-job-cold 120 parity
-  step probe-grid 150 python3 benchmarks/adaptive_probe.py --variants grid --out "$RES/grid" --reps 20 --max-seconds 135
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  step ncu 60 "$NCU" --clock-control none --section LaunchStats --section Occupancy --section SpeedOfLight \
-      -k 'regex:adaptive_stage1' -c 3 python3 benchmarks/ncu_cells.py
-  step table 40 python3 benchmarks/kernel_table.py table --out "$RES" --reps 30 --max-seconds 32
+  step perf-record 150 python3 -m pytest suites/perf -p no:cacheprovider -q --perf-record \
+      --perf-baseline-dir="$RES/baselines"
+  step perf-compare-same 90 python3 -m pytest suites/perf -p no:cacheprovider -q --perf-baseline-dir="$RES/baselines"
+  step perf-compare-committed 90 python3 -m pytest suites/perf -p no:cacheprovider -q
 elif [ "$MODE" = last ]; then
   main_job_cold main-job-cold 130 parity
   record_baselines 60 adaptive_split dispatch adaptive_split_fp8mma fixed_split lean

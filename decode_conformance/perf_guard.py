@@ -58,12 +58,15 @@ Comparing (`compare_cell`): one session now, x with standard error se
 
 Baselines (`baseline_path`): <dir>/<gpu_class>/<kernel>.json, JSON (FORMAT, version 1):
     gpu_class, kernel, kernel_spec, method (the timing method id: a baseline taken another
-    way is refused), recorded {date, gpu_name, torch, triton, cuda, python, command},
+    way is refused), recorded {date, gpu_name, gpu_uuid, sms, torch, triton, cuda, python, command},
     bandwidth {read_tbs, copy_tbs}, settings {sessions, rounds, z, min_threshold}, and per
     cell: case id, context, median_us, sessions_us, noise_rel (sigma), within_se_rel (se_B),
     iqr_rel, threshold, catches, bytes, tbs, roofline_pct, crosscheck. Independent of the
     Python version and the machine name; tied to the GPU model (a baseline recorded on an
     H200 is refused on an H100, both class sm_90). Validated on load; errors name the file.
+    Compared on another GPU of the model (another UUID, or a read bandwidth more than 1 %
+    off the recorded one), the run says so in a note (`other_machine`): machines differ by
+    more than one machine's noise.
 
 Roofline: bytes moved per cell = K and V read once (MLA: K only, V is its first columns)
     + q read + out and LSE written; achieved TB/s = bytes / x; roofline_pct = TB/s over the
@@ -420,6 +423,7 @@ class GpuTiming:
             from . import timing
             props = torch.cuda.get_device_properties(self.device)
             self._info = {"gpu_name": torch.cuda.get_device_name(self.device), "sms": props.multi_processor_count,
+                          "gpu_uuid": str(getattr(props, "uuid", "")) or None,
                           "read_tbs": timing.read_bandwidth_tbs(self.device),
                           "copy_tbs": timing.copy_bandwidth_tbs(self.device, nbytes=2 * 2**30),
                           "torch": torch.__version__, "triton": triton.__version__,
@@ -480,12 +484,12 @@ class FakeTiming:
 
     def __init__(self, base_us=None, slowdown=0.0, noise=0.01, session_jitter=0.002, seed=0,
                  gpu_name="fake GPU", read_tbs=4.0, copy_tbs=3.6, gpu_class=None, eager=False,
-                 host_delay_p=0.0, host_delay=0.0):
+                 host_delay_p=0.0, host_delay=0.0, gpu_uuid="fake-gpu-0"):
         self.base_us = dict(base_us or {})
         self.slowdown, self.noise, self.session_jitter = slowdown, noise, session_jitter
         self.eager, self.host_delay_p, self.host_delay = eager, host_delay_p, host_delay
         self.seed, self.gpu_name, self.read_tbs, self.copy_tbs = seed, gpu_name, read_tbs, copy_tbs
-        self.gpu_class = gpu_class
+        self.gpu_class, self.gpu_uuid = gpu_class, gpu_uuid
         self._opened = 0
 
     @staticmethod
@@ -501,7 +505,7 @@ class FakeTiming:
 
     def device_info(self) -> dict:
         return {"gpu_name": self.gpu_name, "sms": 0, "read_tbs": self.read_tbs, "copy_tbs": self.copy_tbs,
-                "torch": "fake", "triton": "fake", "cuda": None}
+                "gpu_uuid": self.gpu_uuid, "torch": "fake", "triton": "fake", "cuda": None}
 
     def open(self, kernel, cells: list[PerfCell]) -> FakeSession:
         self._opened += 1
@@ -675,7 +679,8 @@ def record_kernel(timing: TimingSource, kernel, cells: list[PerfCell], *, gpu_cl
     doc = {"format": FORMAT, "version": FORMAT_VERSION, "gpu_class": gpu_class, "kernel": kernel.name,
            "kernel_spec": kernel_spec, "method": METHOD,
            "recorded": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                        "gpu_name": info["gpu_name"], "sms": info.get("sms"), "torch": info.get("torch"),
+                        "gpu_name": info["gpu_name"], "gpu_uuid": info.get("gpu_uuid"), "sms": info.get("sms"),
+                        "torch": info.get("torch"),
                         "triton": info.get("triton"), "cuda": info.get("cuda"),
                         "python": platform.python_version(), "command": command},
            "bandwidth": {"read_tbs": info["read_tbs"], "copy_tbs": info["copy_tbs"]},
@@ -718,6 +723,36 @@ def _numbers_text(v: Verdict) -> str:
         return ""
     roof = f", {v.roofline_pct:.0f} % of read roofline" if v.roofline_pct is not None else ""
     return f"{v.bytes / 1e6:.1f} MB moved, {v.tbs:.2f} TB/s{roof}"
+
+
+# Two lent H200s (one model, one driver, one software stack) ran the same kernels 2-3 % apart on
+# bandwidth-bound cells and 3-5 % apart on a 15 us cell, and their read-only bandwidths measured
+# 4.43 and 4.62 TB/s; repeated on one machine the measurement moved <= 0.3 %
+# (docs/gpu-runs/2026-12-01-h200/probe10, close15). A reading more than this far from the
+# baseline's, or another GPU's UUID, means another machine: thresholds derived from one
+# machine's noise do not cover the difference between two.
+MACHINE_READ_TOLERANCE = 0.01
+
+
+def other_machine(base: dict, info: dict) -> Optional[str]:
+    """A note when `base` was recorded on another GPU than the one `info` describes (its UUID,
+    where both have one, or its read-only bandwidth off by more than MACHINE_READ_TOLERANCE);
+    None when it looks like the same one."""
+    rec, bw = base.get("recorded", {}), base.get("bandwidth", {})
+    then, now = rec.get("gpu_uuid"), info.get("gpu_uuid")
+    read_then, read_now = bw.get("read_tbs"), info.get("read_tbs")
+    drift = read_now / read_then - 1 if read_then and read_now else 0.0
+    why = []
+    if then and now and then != now:
+        why.append(f"recorded on GPU {then}, this is {now}")
+    if abs(drift) > MACHINE_READ_TOLERANCE:
+        why.append(f"this GPU reads at {read_now:.2f} TB/s, the baseline's at {read_then:.2f} ({drift:+.1%})")
+    if not why:
+        return None
+    return ("machine: the baselines come from another machine (" + "; ".join(why) + "). GPUs of one model differ "
+            "by a few percent (2-5 % measured between two H200s), more than thresholds derived from one machine's "
+            "noise: a slower or faster cell may be the machine. Record the baselines on the machine that compares "
+            "(docs/perf-guard.md, 'One model, several machines').")
 
 
 def compare_cell(kernel: str, cell: PerfCell, base: dict, sessions: int, now: CellStats, read_tbs: float,
@@ -841,6 +876,9 @@ class GuardRun:
             raise BaselineError(f"perf baseline {path}: foreign file: recorded on {base['recorded']['gpu_name']!r}, "
                                 f"this GPU is {info['gpu_name']!r} (same class {self.gpu_class}, another model); "
                                 f"record one for this GPU with: {self._cmd(kp)}")
+        other = other_machine(base, info) if base is not None else None
+        if other and other not in self.notes:
+            self.notes.append(other)
         cells = [c for c in self.cells if self.selected is None or c.name in self.selected.get(kp.name, ())]
         s = self.timing.open(kernel, cells)
         try:
@@ -877,7 +915,10 @@ class GuardRun:
                 out[c.name] = v
                 continue
             k = len(bc.get("sessions_us") or []) or sessions
-            out[c.name] = compare_cell(kp.name, c, bc, k, now, info["read_tbs"], kinds.get(c.name, ""))
+            v = compare_cell(kp.name, c, bc, k, now, info["read_tbs"], kinds.get(c.name, ""))
+            if other and v.status in ("slower", "faster"):
+                v.message += " [the baseline is from another machine: see the note below]"
+            out[c.name] = v
         return out
 
     # ---- the terminal table -------------------------------------------------------------------

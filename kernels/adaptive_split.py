@@ -1,16 +1,14 @@
 """Adaptive split-K decode attention: chunk count from the request length and the SM count
 (the seed design; the rule itself is in `split_rule`).
 
-Stage 1, grid (work items x KV-head tiles): a work item is one chunk of one request, the
-requests' chunks in order. The host sizes the grid for the most items any lengths can make
-(`work_items`: each request at most the chunk budget `split_rule.grid_splits`, or fewer when
-it knows a bound on the lengths; all together at most B x the occupancy count + the budget).
-Each program reads the batch's lengths from kv_indptr, computes every request's cap (its
-share of the budget, at least the batch's occupancy count) and chunk count with
-`request_cap_device` / `chunk_count_device` (mirrors of the pure-python rule), finds its
-item's request and chunk (`find_chunk`) and that chunk's [start, end) (`chunk_bounds_device`),
-and does nothing when its item is past the last: no host sync, so one captured CUDA graph
-serves every length. A request of one chunk (or none) is finished in stage 1: out and lse written there,
+Stage 1, grid (B, KV-head tiles, chunks): the host sizes the chunk axis for the most chunks
+any request can take (`split_rule.grid_splits`, the chunk budget, or fewer when it knows a
+bound on the lengths). Each program reads its request's current length and the batch's total
+from kv_indptr, computes the request's cap (its share of the budget, at least the batch's
+occupancy count), its chunk count and its chunk's [start, end) with `request_cap_device` /
+`chunk_count_device` / `chunk_bounds_device` (mirrors of the pure-python rule), and does
+nothing when its chunk is past the end: no host sync, so one captured CUDA graph serves every
+length. A request of one chunk (or none) is finished in stage 1: out and lse written there,
 no partial round trip (the direct path).
 Stage 2, grid (B, Hq, column slices): recomputes the count, leaves rows of fewer than two
 chunks alone and merges the others SPLIT_TILE partials per step (the budget rounded up to a
@@ -117,53 +115,6 @@ def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, blo
     return counts, starts, ends
 
 
-# Requests whose chunk counts a stage-1 program computes at once when it looks for its work item.
-REQUEST_SCAN = 64
-# Probe knob (benchmarks/adaptive_probe.py round 10): a register cap for stage 1 on NVIDIA GPUs
-# (Triton's maxnreg), None for the compiler's choice.
-STAGE1_MAX_REGISTERS = None
-
-
-@triton.jit
-def find_chunk(item, kv_indptr, total, visible, grid, occupancy, B,
-               MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, SCAN: tl.constexpr):
-    """(request, chunk within it, the request's chunk count) of stage-1 work item `item`: the
-    requests in order, each with max(count, 1) items; request -1 when `item` is past the last.
-    Every program recomputes the counts of the whole batch (SCAN requests per step) from
-    kv_indptr, so the items follow the lengths on the device (one graph serves every length)."""
-    offs = tl.arange(0, SCAN)
-    first = 0  # items of the requests before this step's
-    b_plus = 0  # request + 1 of the item, 0 until found
-    start = 0  # the request's first item
-    count = 0
-    for b0 in range(0, B, SCAN):
-        rb = b0 + offs
-        valid = rb < B
-        L = tl.load(kv_indptr + rb + 1, mask=valid, other=0) - tl.load(kv_indptr + rb, mask=valid, other=0)
-        L_vis = L - tl.maximum(L - visible, 0)
-        n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
-        items = tl.where(valid, tl.maximum(n, 1), 0)
-        end = first + tl.cumsum(items, 0)
-        hit = valid & (end > item) & (end - items <= item)
-        b_plus += tl.sum(tl.where(hit, rb + 1, 0), 0)
-        start += tl.sum(tl.where(hit, end - items, 0), 0)
-        count += tl.sum(tl.where(hit, n, 0), 0)
-        first += tl.sum(items, 0)
-    return b_plus - 1, item - start, count
-
-
-def work_items(batch: int, chunk_axis: int, splits: int, occupancy: int) -> int:
-    """The stage-1 grid's work items (times the head tiles): at least the batch's sum of
-    max(count, 1) for any lengths. Each request takes at most `chunk_axis` (the count of the
-    longest visible length the launch allows), and all together at most batch x occupancy +
-    splits: a request's cap is max(occupancy, its share of the budget `splits`), the shares
-    summing to at most the budget. A grid of batch x the budget instead (every request sized
-    for the whole budget, most programs exiting at once) cost 0.5-1 us per thousand programs on
-    an H200 (docs/gpu-runs/2026-12-01-h200/probe3: 32 x 1k 67.9 us with 16384 programs, 53.2
-    with 2048)."""
-    return max(1, min(batch * chunk_axis, batch * occupancy + splits))
-
-
 @triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early"])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
@@ -175,28 +126,25 @@ def _adaptive_stage1(
     Out, stride_ob, stride_oh, stride_od,
     Lse, stride_lseb, stride_lseh,
     Sinks, v_scale, has_sinks, store_lse,
-    group, heads_per_tile, tiles_per_kv, tiles,
+    group, heads_per_tile, tiles_per_kv,
     qk_scale, softcap, visible, grid, occupancy, B, pdl_early,
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
     SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
     MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, FP8_MMA: tl.constexpr, PDL: tl.constexpr,
-    SCAN: tl.constexpr,
 ):
     tc.allow_dependents(PDL, pdl_early != 0)
-    # One program per (work item, head tile), tiles fastest: the programs reading one key range
-    # of every KV head run side by side. Work items are the batch's chunks, request by request
-    # (a request with no key still has one: its direct path writes out = 0, lse = -inf).
-    tile = tl.program_id(0) % tiles
-    item = tl.program_id(0) // tiles
+    b = tl.program_id(0)
+    tile = tl.program_id(1)
+    chunk = tl.program_id(2)
+    lo = tl.load(kv_indptr + b)
+    L = tl.load(kv_indptr + b + 1) - lo
+    vis_start = tl.maximum(L - visible, 0)
+    L_vis = L - vis_start
     total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
-    b, chunk, n = find_chunk(item, kv_indptr, total, visible, grid, occupancy, B, MIN_CHUNK, CHUNK_BLOCK, SCAN)
-    if b >= 0:
-        lo = tl.load(kv_indptr + b)
-        L = tl.load(kv_indptr + b + 1) - lo
-        vis_start = tl.maximum(L - visible, 0)
-        L_vis = L - vis_start
+    n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
+    if chunk < tl.maximum(n, 1):
         # A request of one chunk (or none: an empty range) is finished here, out and lse
         # written directly (no partial; stage 2 skips the row). Otherwise chunk `chunk` of n.
         c0, c1 = chunk_bounds_device(chunk, tl.maximum(n, 1), L_vis, CHUNK_BLOCK)
@@ -345,15 +293,13 @@ def decode_attention_adaptive(
     merge = grid_chunks >= 2  # else every request is finished in stage 1
     pdl = tc.dependent_launch(q)  # stage 1 takes the flag whether or not stage 2 follows: one variant
     slices = (stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)) if merge else 0
-    early = merge and pdl and trigger_early(work_items(B, grid_chunks, S, occupancy) * tiling["kv_head_tiles"],
-                                            B * Hq * slices,
+    early = merge and pdl and trigger_early(B * tiling["kv_head_tiles"] * grid_chunks, B * Hq * slices,
                                             split_rule.launch_shape(Dk, Dv < Dk)[0] * split_rule.num_sms(q.device))
     visible = tc.visible_arg(window)
     lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
     sinks_t = sinks if sinks is not None else partial_lse
     flags = (int(sinks is not None), int(lse is not None))  # has_sinks, store_lse: runtime, not constexprs
-    tiles = tiling["kv_head_tiles"]
-    _adaptive_stage1[(work_items(B, grid_chunks, S, occupancy) * tiles,)](
+    _adaptive_stage1[(B, tiling["kv_head_tiles"], grid_chunks)](
         q, q.stride(0), q.stride(1), q.stride(2),
         k_arg, kp, kt, kh, kd,
         v_arg, vp, vt, vh, vd,
@@ -363,13 +309,12 @@ def decode_attention_adaptive(
         out, out.stride(0), out.stride(1), out.stride(2),
         lse_t, lse_t.stride(0), lse_t.stride(1),
         sinks_t, float(v_scale), *flags,
-        tiling["group"], tiling["heads_per_tile"], tiling["tiles_per_kv"], tiles,
+        tiling["group"], tiling["heads_per_tile"], tiling["tiles_per_kv"],
         float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, visible, S, occupancy, B, int(early),
         BLOCK_H=tiling["BLOCK_H"], BLOCK_N=block_n, SOFTCAP=bool(softcap),
         SHARE_KV=share_kv, E4M3_BITS=e4m3_bits,
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl),
-        SCAN=REQUEST_SCAN, **dims, **cfg,
-        **({"maxnreg": STAGE1_MAX_REGISTERS} if STAGE1_MAX_REGISTERS and q.is_cuda and torch.version.hip is None else {}))
+        **dims, **cfg)
     if not merge:
         return
     slice_dv = dims["BLOCK_DV"] // slices

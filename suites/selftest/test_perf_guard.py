@@ -172,6 +172,26 @@ def test_speedup_is_reported_not_failed(tmp_path, kp, cells):
         assert "re-record" in v.message and v.change == pytest.approx(-0.10, abs=0.01)
 
 
+def test_another_machine_is_named_in_the_report(tmp_path, kp, cells):
+    """Compared on another GPU of the model - another UUID, or a read bandwidth 4 % off, as
+    between two H200s measured (2-5 % apart on the guard's cells) - the run says the baseline
+    comes from another machine, and every slower / faster verdict points at that note; on the
+    recording GPU (same UUID, bandwidth within 1 %) nothing is said."""
+    _record(tmp_path, kp, cells, read_tbs=4.43, gpu_uuid="GPU-a")
+    same = _run(tmp_path, pg.FakeTiming(seed=5, read_tbs=4.45, gpu_uuid="GPU-a"), cells)
+    same.outcome(kp)
+    assert not any(n.startswith("machine:") for n in same.notes)
+    for uuid, read in (("GPU-b", 4.43), ("GPU-a", 4.62), (None, 4.62)):
+        run = _run(tmp_path, pg.FakeTiming(seed=5, slowdown=0.10, read_tbs=read, gpu_uuid=uuid), cells)
+        out = run.outcome(kp)
+        notes = [n for n in run.notes if n.startswith("machine:")]
+        assert len(notes) == 1, (uuid, read, run.notes)
+        assert ("GPU-b" in notes[0]) == (uuid == "GPU-b") and ("4.62 TB/s" in notes[0]) == (read == 4.62)
+        flagged = [v for v in out.values() if v.status in ("slower", "faster")]
+        assert flagged and all("another machine" in v.message for v in flagged)
+        assert any(line.strip().startswith("machine:") for line in run.table())
+
+
 def test_missing_baseline_reports_with_the_record_command(tmp_path, kp, cells):
     out = _run(tmp_path, pg.FakeTiming(seed=1), cells).outcome(kp)
     for v in out.values():
@@ -256,7 +276,8 @@ def test_baseline_file_format(tmp_path, kp, cells):
     assert doc["format"] == pg.FORMAT and doc["method"] == pg.METHOD and doc["kernel_spec"] == SPEC
     assert doc["settings"]["sessions"] == pg.RECORD_SESSIONS
     assert "--perf-record" in doc["recorded"]["command"] and doc["recorded"]["gpu_name"] == "fake GPU"
-    assert set(doc["recorded"]) == {"date", "gpu_name", "sms", "torch", "triton", "cuda", "python", "command"}
+    assert set(doc["recorded"]) == {"date", "gpu_name", "gpu_uuid", "sms", "torch", "triton", "cuda", "python",
+                                    "command"}
     for name, c in doc["cells"].items():
         assert len(c["sessions_us"]) == pg.RECORD_SESSIONS
         assert c["bytes"] > 0 and c["tbs"] > 0 and 0 < c["roofline_pct"] < 100
