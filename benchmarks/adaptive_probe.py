@@ -30,8 +30,9 @@ A / B / A / B on one prepared batch, and with stage 2 removed (its whole cost).
 
 Round 8 (`--variants pdl`): stage 2 as a programmatic dependent launch (sm_90+,
 `triton_common.USE_PDL`): the shipped kernel without it, with it triggered at the start of
-each stage-1 program, at its end, and where `adaptive_split.trigger_early` says, twice each on one prepared batch,
-on the cells where adaptive trailed SDPA (batch 1 at 4k-128k, batches 4-32).
+each stage-1 program, at its end, and where `adaptive_split.trigger_early` says, twice each
+on one prepared batch, on the cells where adaptive trailed SDPA (batch 1 at 4k-128k, batches
+4-32) and the perf guard's b4-ragged and b32-8k cells.
 
 Round 9 (`--variants layout`): how much of stage 1's distance to SDPA on batched cells is the
 cache layout. The same keys timed through the same kernel from the suite's paged cache
