@@ -139,6 +139,26 @@ def _print_row(row):
     print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
 
 
+def _probe_cells(cells, rows, reps, tbs, deadline, device):
+    """Per cell (shape, lens) until the deadline: yields (shape, lens, case, row, batch, ref) -
+    the row with its label and copy floor, the prepared batch, SDPA's time in the row and its
+    output as the reference - then files and prints the row the caller filled."""
+    for shape, lens in cells:
+        if time.time() > deadline:
+            break
+        case = _case(shape, lens)
+        row = dict(cell=_label(shape, lens), floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads,
+                                                                          shape[2], 2, tbs))
+        batch = shared_batch(case, device)
+        ref = _sdpa_reference(row, case, batch, device, reps)
+        yield shape, lens, case, row, batch, ref
+        rows.append(row)
+        _print_row(row)
+        del batch
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
 def _ir_counts(fn):
     """Op counts of the compiled stage-1 kernels (is the K/V load pipelined? which MMA?)."""
     out = []
@@ -211,13 +231,8 @@ def pipeline_probe(reps, tbs, deadline, device="cuda", cells=None):
     from decode_conformance_kernels import fixed_split, lean, split_rule
     sms = split_rule.num_sms(device)
     rows = []
-    for shape, lens in cells or PIPE_CELLS:
-        if time.time() > deadline:
-            break
-        case = _case(shape, lens)
+    for shape, lens, case, row, batch, ref in _probe_cells(cells or PIPE_CELLS, rows, reps, tbs, deadline, device):
         d = shape[2]
-        row = dict(cell=_label(shape, lens), floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads, d, 2, tbs))
-        batch = shared_batch(case, device)
         args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
         lse = torch.empty(case.batch, shape[0], device=device)
 
@@ -225,7 +240,6 @@ def pipeline_probe(reps, tbs, deadline, device="cuda", cells=None):
             if time.time() <= deadline:
                 _time_checked(row, name, fn, batch.out, ref, device, reps)
 
-        ref = _sdpa_reference(row, case, batch, device, reps)
         tiles = new.tc.head_tiling(shape[0], shape[1])["kv_head_tiles"]
         for bn, w, st, pps in PIPE_SPLIT[d]:
             S = split_rule.grid_splits(case.batch, tiles, sms, split_rule.MAX_SPLITS, pps)
@@ -250,10 +264,6 @@ def pipeline_probe(reps, tbs, deadline, device="cuda", cells=None):
             launch = lean.plan_lean(*args, lse, sm_scale=case.sm_scale, programs=sms * mult, block_n=bn,
                                     num_warps=w, num_stages=st)
             timed(f"lean_{bn}x{w}x{st}_g{mult}", launch)
-        rows.append(row)
-        _print_row(row)
-        if batch.out.is_cuda:
-            torch.cuda.empty_cache()
     return rows
 
 
@@ -326,14 +336,7 @@ STAGE2_CELLS = [((32, 8, 128), (128 * K,)), ((32, 8, 128), (32 * K,)), ((32, 8, 
 
 def stage2_probe(reps, tbs, deadline, device="cuda", cells=None):
     rows = []
-    for shape, lens in cells or STAGE2_CELLS:
-        if time.time() > deadline:
-            break
-        case = _case(shape, lens)
-        row = dict(cell=_label(shape, lens), floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads,
-                                                                          shape[2], 2, tbs))
-        batch = shared_batch(case, device)
-        ref = _sdpa_reference(row, case, batch, device, reps)
+    for _, _, case, row, batch, ref in _probe_cells(cells or STAGE2_CELLS, rows, reps, tbs, deadline, device):
         args, kw = _shipped_args(case, batch, device)
         row["chunks"] = kw["partials"].shape[2]
         shipped = new.tc.STAGE2_MAX_TILE
@@ -350,10 +353,6 @@ def stage2_probe(reps, tbs, deadline, device="cuda", cells=None):
             row["s1only"] = timing.graph_median_us(lambda: new.decode_attention_adaptive(*args, **kw), device, reps=reps)
         finally:
             new._adaptive_stage2 = saved
-        rows.append(row)
-        _print_row(row)
-        if batch.out.is_cuda:
-            torch.cuda.empty_cache()
     return rows
 
 
@@ -365,7 +364,7 @@ PDL_CELLS = [((32, 8, 128), (4 * K,)), ((16, 2, 256), (4 * K,)), ((32, 8, 128), 
              ((32, 8, 128), (128 * K, K, 64 * K, 7)), ((32, 8, 128), (8 * K,) * 32)]
 
 
-def _rule_says_early(case, batch, kw):
+def _rule_says_early(batch, kw):
     """What the shipped trigger rule decides for this launch (recorded next to the times)."""
     saved, seen = new.trigger_early, []
     new.trigger_early = lambda *a: seen.append(saved(*a)) or seen[-1]
@@ -379,17 +378,10 @@ def _rule_says_early(case, batch, kw):
 
 def pdl_probe(reps, tbs, deadline, device="cuda", cells=None):
     rows = []
-    for shape, lens in cells or PDL_CELLS:
-        if time.time() > deadline:
-            break
-        case = _case(shape, lens)
-        row = dict(cell=_label(shape, lens), floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads,
-                                                                          shape[2], 2, tbs))
-        batch = shared_batch(case, device)
-        ref = _sdpa_reference(row, case, batch, device, reps)
+    for _, _, case, row, batch, ref in _probe_cells(cells or PDL_CELLS, rows, reps, tbs, deadline, device):
         args, kw = _shipped_args(case, batch, device)
         shipped = new.tc.USE_PDL, new.trigger_early
-        row["rule"] = "start" if _rule_says_early(case, batch, kw) else "end"
+        row["rule"] = "start" if _rule_says_early(batch, kw) else "end"
         for rnd in range(2):
             for name, use, early in (("plain", False, None), ("pdl_start", True, True), ("pdl_end", True, False),
                                      ("shipped", True, None)):
@@ -401,10 +393,6 @@ def pdl_probe(reps, tbs, deadline, device="cuda", cells=None):
                                   batch.out, ref, device, reps)
                 finally:
                     new.tc.USE_PDL, new.trigger_early = shipped
-        rows.append(row)
-        _print_row(row)
-        if batch.out.is_cuda:
-            torch.cuda.empty_cache()
     return rows
 
 
@@ -428,24 +416,12 @@ def _layouts(batch):
 
 def layout_probe(reps, tbs, deadline, device="cuda", cells=None):
     rows = []
-    for shape, lens in cells or LAYOUT_CELLS:
-        if time.time() > deadline:
-            break
-        case = _case(shape, lens)
-        row = dict(cell=_label(shape, lens), floor_us=timing.kv_floor_us(1, case.total_keys, case.num_kv_heads,
-                                                                          shape[2], 2, tbs))
-        batch = shared_batch(case, device)
-        ref = _sdpa_reference(row, case, batch, device, reps)
+    for _, _, case, row, batch, ref in _probe_cells(cells or LAYOUT_CELLS, rows, reps, tbs, deadline, device):
         args, kw = _shipped_args(case, batch, device)
         for name, k, v, idx in _layouts(batch):
             a = list(args)
             a[1], a[2], a[4] = k, v, idx
             _time_checked(row, name, lambda: new.decode_attention_adaptive(*a, **kw), batch.out, ref, device, reps)
-        rows.append(row)
-        _print_row(row)
-        del batch
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
     return rows
 
 

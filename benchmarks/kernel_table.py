@@ -177,7 +177,6 @@ def run_meta(reps: int, copy_tbs: float, **extra) -> dict:
                        "the replay, median", **extra)
 
 
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("mode", choices=("table", "tune"))

@@ -96,10 +96,6 @@ class L2Flush:
             self.buf.zero_()
 
 
-def _flush_buffer(device) -> torch.Tensor:
-    return torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
-
-
 def capture(fn: Callable[[], None], device, warmup: int = 2) -> torch.cuda.CUDAGraph:
     s = torch.cuda.Stream(device)
     s.wait_stream(torch.cuda.current_stream(device))
@@ -175,11 +171,23 @@ def set_bench_flush(mode: str) -> None:
     BENCH_FLUSH = mode
 
 
+_FLUSHES: dict = {}
+
+
+def _bench_flush(device, mode: str) -> L2Flush:
+    """One L2Flush per (device, mode) for the process: a sweep times hundreds of replay
+    series, and each would otherwise allocate and warm its own 256 MB buffer."""
+    key = (str(torch.device(device)), mode)
+    if key not in _FLUSHES:
+        _FLUSHES[key] = L2Flush(device, mode)
+    return _FLUSHES[key]
+
+
 def replay_times_us(graph: torch.cuda.CUDAGraph, device, reps: int = 50, flush: bool = True,
                     flush_mode: Optional[str] = None) -> list[float]:
     """Replay times of a captured graph, L2 flushed before each (`flush_mode`, default
     BENCH_FLUSH), after `warm_up`."""
-    fl = L2Flush(device, flush_mode or BENCH_FLUSH) if flush else None
+    fl = _bench_flush(device, flush_mode or BENCH_FLUSH) if flush else None
     warm_up(graph.replay, device, fl)
     return event_times_us(graph.replay, device, reps, fl)
 
