@@ -7,7 +7,7 @@ fixed-split kernel and torch SDPA on dense KV as peers. CUDA-graph replay, 256 M
 before each replay, median (decode_conformance.timing). Each variant's output is checked
 against SDPA's (or fixed-split's for MLA) before its time counts.
 
-    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks|waves|pipeline|lean|stage2|pdl|layout] [--reps 20] [--max-seconds 420]
+    python benchmarks/adaptive_probe.py --out DIR [--variants launch|chunks|waves|pipeline|lean|stage2|pdl|layout|empties] [--reps 20] [--max-seconds 420]
 
 Round 5 (`--variants pipeline`): key-block pipelining. Compiled for sm_90, the stage-1 loop of
 the shipped configs (num_stages 3, and Lean's 2) keeps one K and one V buffer and waits for
@@ -39,6 +39,15 @@ cache layout. The same keys timed through the same kernel from the suite's paged
 (16-key pages, shuffled, [page, slot, head, dim]), from those pages stored head-major
 ([page, head, slot, dim]), and from a dense cache in token order, token-major ([token, head,
 dim]) and head-major ([head, token, dim], SDPA's layout), each addressed by slot ids.
+
+Round 10 (`--variants empties`): what the batched cells' distance is made of. The stage-1 grid
+is B x tiles x the whole chunk budget, so a uniform batch launches mostly empty programs (16 x
+16k at 32/8/128: 10,496 for 640 chunks). On uniform batches the budget set to the occupancy
+count gives the same chunks with no empty program (valid only there: a longer request could
+not take its share). Alternating three rounds on one prepared batch: the shipped launch, that
+compact grid, each with stage 2 removed (unchecked: the outputs are partials), and the
+fixed-split kernel, on the cells where adaptive trails fixed-split (target 8) or SDPA at batch
+4-32.
 """
 from __future__ import annotations
 
@@ -425,6 +434,42 @@ def layout_probe(reps, tbs, deadline, device="cuda", cells=None):
     return rows
 
 
+EMPTIES_CELLS = [((16, 2, 256), (K,) * 4), ((128, 1, 576, 512), (4 * K,) * 8), ((32, 8, 128), (16 * K,) * 4),
+                 ((32, 8, 128), (16 * K,) * 16), ((32, 8, 128), (16 * K,) * 32), ((32, 8, 128), (64 * K,) * 16)]
+
+
+def empties_probe(reps, tbs, deadline, device="cuda", cells=None):
+    from decode_conformance_kernels import fixed_split
+    rows = []
+    for shape, lens, case, row, batch, ref in _probe_cells(cells or EMPTIES_CELLS, rows, reps, tbs, deadline, device):
+        args, kw = _shipped_args(case, batch, device)
+        occ = kw["occupancy"]
+        chunks = new.chunk_axis(batch.q, batch.k_cache, batch.v_cache, occ, max(lens))
+        p_shape, l_shape = new.workspace_shapes(case.batch, shape[0], case.v_head_dim, chunks)
+        compact = dict(kw, splits=occ, partials=torch.empty(p_shape, device=device),
+                       partial_lse=torch.empty(l_shape, device=device))
+        row["chunks_shipped"], row["chunks_compact"], row["occupancy"] = kw["partials"].shape[2], chunks, occ
+        fixed_kw = dict(sm_scale=case.sm_scale, lse=batch.lse,
+                        partials=torch.empty((case.batch, shape[0], fixed_split.DEFAULT_SPLITS, case.v_head_dim),
+                                             device=device),
+                        partial_lse=torch.empty((case.batch, shape[0], fixed_split.DEFAULT_SPLITS), device=device))
+        for rnd in range(3):
+            for name, launch_kw in (("shipped", kw), ("compact", compact)):
+                _time_checked(row, f"{name}_{rnd}", lambda k=launch_kw: new.decode_attention_adaptive(*args, **k),
+                              batch.out, ref, device, reps)
+                saved = new._adaptive_stage2
+                new._adaptive_stage2 = _NoLaunch()
+                try:
+                    _time_checked(row, f"{name}_s1only_{rnd}",
+                                  lambda k=launch_kw: new.decode_attention_adaptive(*args, **k),
+                                  batch.out, ref, device, reps, check=False)
+                finally:
+                    new._adaptive_stage2 = saved
+            _time_checked(row, f"fixed_{rnd}", lambda: fixed_split.decode_attention_fixed(*args, **fixed_kw),
+                          batch.out, ref, device, reps)
+    return rows
+
+
 def probe(reps, tbs, deadline, group="launch"):
     rows = []
     lists = (("waves", WAVES),) if group == "waves" else (("long", LONG), ("short", SHORT))
@@ -510,12 +555,13 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--max-seconds", type=float, default=420)
-    ap.add_argument("--variants", choices=("launch", "chunks", "waves", "pipeline", "lean", "stage2", "pdl", "layout"),
+    ap.add_argument("--variants", choices=("launch", "chunks", "waves", "pipeline", "lean", "stage2", "pdl", "layout", "empties"),
                     default="launch",
                     help="launch: slices, budget, configs (rounds 1-2); chunks: smallest chunk, programs per SM; "
                          "waves: the occupancy count on batched cells; pipeline: double-buffered launch configs; "
                          "lean: Lean's launch config and head tile; stage2: the merge tile at batch 1; "
-                         "pdl: stage 2 as a dependent launch; layout: the cache layout's share")
+                         "pdl: stage 2 as a dependent launch; layout: the cache layout's share; "
+                         "empties: empty stage-1 programs and stage 2 on batched cells")
     add_flush_option(ap)
     a = ap.parse_args()
     timing.set_bench_flush(a.flush)
@@ -535,6 +581,8 @@ def main():
         rows = pdl_probe(a.reps, tbs, deadline)
     elif a.variants == "layout":
         rows = layout_probe(a.reps, tbs, deadline)
+    elif a.variants == "empties":
+        rows = empties_probe(a.reps, tbs, deadline)
     else:
         rows = probe(a.reps, tbs, deadline, a.variants)
     meta["ir"] = _ir_counts(new._adaptive_stage1)
