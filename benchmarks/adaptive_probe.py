@@ -44,10 +44,11 @@ Round 10 (`--variants empties`): what the batched cells' distance is made of. Th
 is B x tiles x the whole chunk budget, so a uniform batch launches mostly empty programs (16 x
 16k at 32/8/128: 10,496 for 640 chunks). On uniform batches the budget set to the occupancy
 count gives the same chunks with no empty program (valid only there: a longer request could
-not take its share). Alternating three rounds on one prepared batch: the shipped launch, that
-compact grid, each with stage 2 removed (unchecked: the outputs are partials), and the
+not take its share). Alternating three rounds on one prepared batch: the shipped launch (stage 1
+in two launches on sm_90+, `split_rule.stage1_rows`), the single grid of before, that compact
+grid, the last two once with stage 2 removed (unchecked: the outputs are partials), and the
 fixed-split kernel, on the cells where adaptive trails fixed-split (target 8) or SDPA at batch
-4-32.
+4-32, and a few of the kernel table's.
 """
 from __future__ import annotations
 
@@ -329,7 +330,7 @@ def _shipped_args(case, batch, device):
     """Positional and keyword arguments of a shipped-plan adaptive launch on `batch` (its own
     scratch, preallocated: graph capture then allocates nothing)."""
     shape = (case.num_q_heads, case.num_kv_heads, case.head_dim)
-    S, occ = new.plan_splits(case.batch, *shape[:2], device=device, head_dim=shape[2])
+    S, occ = new.plan_splits(case.batch, *shape[:2], device=device, head_dim=shape[2], mla=case.mla)
     longest = max(case.seq_lens)
     chunks = new.chunk_axis(batch.q, batch.k_cache, batch.v_cache, S, longest)
     p_shape, l_shape = new.workspace_shapes(case.batch, shape[0], case.v_head_dim, chunks)
@@ -435,7 +436,9 @@ def layout_probe(reps, tbs, deadline, device="cuda", cells=None):
 
 
 EMPTIES_CELLS = [((16, 2, 256), (K,) * 4), ((128, 1, 576, 512), (4 * K,) * 8), ((32, 8, 128), (16 * K,) * 4),
-                 ((32, 8, 128), (16 * K,) * 16), ((32, 8, 128), (16 * K,) * 32), ((32, 8, 128), (64 * K,) * 16)]
+                 ((32, 8, 128), (16 * K,) * 16), ((32, 8, 128), (16 * K,) * 32), ((32, 8, 128), (64 * K,) * 16),
+                 ((32, 8, 128), RAGGED16), ((32, 8, 128), (128 * K, K, 64 * K, 7)), ((32, 8, 128), (8 * K,) * 32),
+                 ((32, 8, 128), (128 * K,)), ((16, 2, 256), (32 * K,) * 4), ((32, 8, 128), (4 * K,))]
 
 
 def empties_probe(reps, tbs, deadline, device="cuda", cells=None):
@@ -453,15 +456,19 @@ def empties_probe(reps, tbs, deadline, device="cuda", cells=None):
                         partials=torch.empty((case.batch, shape[0], fixed_split.DEFAULT_SPLITS, case.v_head_dim),
                                              device=device),
                         partial_lse=torch.empty((case.batch, shape[0], fixed_split.DEFAULT_SPLITS), device=device))
+        variants = [("shipped", kw), ("single", dict(kw, two_part=False))]
+        if len(set(lens)) == 1:  # the compact grid is valid for uniform batches only
+            variants.append(("compact", dict(compact, two_part=False)))
         for rnd in range(3):
-            for name, launch_kw in (("shipped", kw), ("compact", compact)):
+            for name, launch_kw in variants:
                 _time_checked(row, f"{name}_{rnd}", lambda k=launch_kw: new.decode_attention_adaptive(*args, **k),
                               batch.out, ref, device, reps)
+                if name == "shipped" or rnd > 0:
+                    continue
                 saved = new._adaptive_stage2
                 new._adaptive_stage2 = _NoLaunch()
                 try:
-                    _time_checked(row, f"{name}_s1only_{rnd}",
-                                  lambda k=launch_kw: new.decode_attention_adaptive(*args, **k),
+                    _time_checked(row, f"{name}_s1only", lambda k=launch_kw: new.decode_attention_adaptive(*args, **k),
                                   batch.out, ref, device, reps, check=False)
                 finally:
                     new._adaptive_stage2 = saved

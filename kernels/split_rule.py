@@ -208,3 +208,41 @@ def chunk_length(length: int, n: int, block: int = KEY_BLOCK) -> int:
     if n <= 0:
         return 0
     return _cdiv(_cdiv(length, block), n) * block
+
+
+def stage1_rows(batch: int, chunks: int, occupancy: int, splits: int) -> tuple[int, int]:
+    """(base rows, extra rows) of the stage-1 grid's chunk axis, for a batch whose requests take
+    at most `chunks` chunks each (the partials' split dimension), at least `occupancy` each may
+    take, out of a budget of `splits`. Row r < base is chunk r of each request; when a request
+    may take more chunks than the occupancy count, those (at most splits - occupancy for the
+    whole batch: a request past the occupancy count takes its share of the budget, and the
+    shares sum to at most the budget) go to `splits` extra slots, B per extra row, owned by the
+    requests in proportion to their lengths (`extra_slot_owner`). The smaller grid wins: a
+    uniform batch of 16 at 32/8/128 on an H200 launched 16 x 8 x 82 programs for 640 chunks,
+    now 16 x 8 x (5 + 6)."""
+    if batch < 1 or chunks < 1 or occupancy < 1 or splits < 1:
+        raise ValueError(f"stage1_rows: batch={batch}, chunks={chunks}, occupancy={occupancy}, "
+                         f"splits={splits} must all be >= 1")
+    if chunks <= occupancy:
+        return chunks, 0
+    extra = _cdiv(splits, batch)
+    if chunks <= occupancy + extra:
+        return chunks, 0
+    return occupancy, extra
+
+
+def extra_slot_owner(e: int, lengths: list, splits: int) -> tuple[int, int]:
+    """(request, its first extra slot) of extra slot e in [0, splits) of a batch with these full
+    lengths (sum > 0): request b owns slots [floor(splits x P_b / T), floor(splits x P_b+1 / T)),
+    P_b the keys before it and T the batch's total, at least its share floor(splits x L_b / T)
+    (floor(x + y) >= floor(x) + floor(y)), so every chunk a request takes past the occupancy
+    count has a slot of its own."""
+    total = sum(lengths)
+    x = -(-(e + 1) * total // splits) - 1
+    prefix, owner = 0, 0
+    for b, length in enumerate(lengths):
+        if b and prefix <= x:
+            owner = b
+        prefix += length
+    first = splits * sum(lengths[:owner]) // total
+    return owner, first
