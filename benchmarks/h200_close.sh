@@ -45,7 +45,8 @@
 #     both of the above in one call, probe round 8 on the final trigger rule included;
 #     results.tgz is rewritten after every step, so a call cut off returns what it finished.
 #   OUT=$OUT bash benchmarks/h200_close.sh empties
-#     probe round 10: empty stage-1 programs and stage 2 on batched cells, against fixed-split.
+#     probe round 10: empty stage-1 programs and stage 2 on batched cells, against fixed-split;
+#     then the main job cold (after a change to the split-K grid).
 # $OUT gets session.log (each step's command, tail, exit code, seconds) and results.tgz.
 set -u
 MODE=${1:?usage: h200_close.sh correctness|perf|sweeps|final|lean|stage2|last|pdl|guard|pdl-final|ncu|baselines|empties}
@@ -148,8 +149,9 @@ elif [ "$MODE" = baselines ]; then
   step perf-compare-same 90 python3 -m pytest suites/perf -p no:cacheprovider -q --perf-baseline-dir="$RES/baselines"
   step perf-compare-committed 90 python3 -m pytest suites/perf -p no:cacheprovider -q
 elif [ "$MODE" = empties ]; then
-  step probe-empties 280 python3 benchmarks/adaptive_probe.py --variants empties --out "$RES/empties" --reps 20 \
-      --max-seconds 260
+  step probe-empties 250 python3 benchmarks/adaptive_probe.py --variants empties --out "$RES/empties" --reps 20 \
+      --max-seconds 230
+  main_job_cold main-job-cold 150 parity
 elif [ "$MODE" = last ]; then
   main_job_cold main-job-cold 130 parity
   record_baselines 60 adaptive_split dispatch adaptive_split_fp8mma fixed_split lean
