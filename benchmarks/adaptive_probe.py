@@ -44,11 +44,12 @@ Round 10 (`--variants empties`): what the batched cells' distance is made of. Th
 is B x tiles x the whole chunk budget, so a uniform batch launches mostly empty programs (16 x
 16k at 32/8/128: 10,496 for 640 chunks). On uniform batches the budget set to the occupancy
 count gives the same chunks with no empty program (valid only there: a longer request could
-not take its share). Alternating three rounds on one prepared batch: the shipped launch (stage 1
-in two launches on sm_90+, `split_rule.stage1_rows`), the single grid of before, that compact
-grid, the last two once with stage 2 removed (unchecked: the outputs are partials), and the
+not take its share). Alternating three rounds on one prepared batch: the shipped launch, that
+compact grid, each once with stage 2 removed (unchecked: the outputs are partials), and the
 fixed-split kernel, on the cells where adaptive trails fixed-split (target 8) or SDPA at batch
-4-32, and a few of the kernel table's.
+4-32, and a few of the kernel table's. (Run on `e024b6e`, the round also timed stage 1 in two
+launches - the occupancy count's rows, then the budget's slots owned in proportion to the
+lengths - tried and reverted: docs/gpu-runs/2026-12-01-h200/README.md, probe13.)
 """
 from __future__ import annotations
 
@@ -456,14 +457,14 @@ def empties_probe(reps, tbs, deadline, device="cuda", cells=None):
                         partials=torch.empty((case.batch, shape[0], fixed_split.DEFAULT_SPLITS, case.v_head_dim),
                                              device=device),
                         partial_lse=torch.empty((case.batch, shape[0], fixed_split.DEFAULT_SPLITS), device=device))
-        variants = [("shipped", kw), ("single", dict(kw, two_part=False))]
+        variants = [("shipped", kw)]
         if len(set(lens)) == 1:  # the compact grid is valid for uniform batches only
-            variants.append(("compact", dict(compact, two_part=False)))
+            variants.append(("compact", compact))
         for rnd in range(3):
             for name, launch_kw in variants:
                 _time_checked(row, f"{name}_{rnd}", lambda k=launch_kw: new.decode_attention_adaptive(*args, **k),
                               batch.out, ref, device, reps)
-                if name == "shipped" or rnd > 0:
+                if rnd > 0:
                     continue
                 saved = new._adaptive_stage2
                 new._adaptive_stage2 = _NoLaunch()

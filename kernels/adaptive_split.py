@@ -115,29 +115,7 @@ def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, blo
     return counts, starts, ends
 
 
-# Requests a stage-1 program compares at once when it looks for the owner of an extra slot.
-OWNER_SCAN = 128
-
-
-@triton.jit
-def extra_slot_owner(e, kv_indptr, total, grid, B, SCAN: tl.constexpr):
-    """(request, its first extra slot) of extra slot e in [0, grid): mirror of
-    split_rule.extra_slot_owner. Request b owns [floor(grid P_b / T), floor(grid P_b+1 / T)),
-    P_b the keys of the requests before it, T = total > 0: the last request whose P_b <= x, with
-    x = ceil((e + 1) T / grid) - 1 (P_0 = 0 <= x always)."""
-    lo0 = tl.load(kv_indptr)
-    x = ((e + 1).to(tl.int64) * total + grid - 1) // grid - 1
-    owner = 0
-    for j0 in range(1, B, SCAN):
-        offs = j0 + tl.arange(0, SCAN)
-        valid = offs < B
-        p = (tl.load(kv_indptr + offs, mask=valid, other=0) - lo0).to(tl.int64)
-        owner += tl.sum((valid & (p <= x)).to(tl.int32), 0)
-    first = ((tl.load(kv_indptr + owner) - lo0).to(tl.int64) * grid) // total
-    return owner, first.to(tl.int32)
-
-
-@triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early", "base"])
+@triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early"])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -149,30 +127,22 @@ def _adaptive_stage1(
     Lse, stride_lseb, stride_lseh,
     Sinks, v_scale, has_sinks, store_lse,
     group, heads_per_tile, tiles_per_kv,
-    qk_scale, softcap, visible, grid, occupancy, B, pdl_early, base,
+    qk_scale, softcap, visible, grid, occupancy, B, pdl_early,
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
     SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
     MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, FP8_MMA: tl.constexpr, PDL: tl.constexpr,
-    EXTRA: tl.constexpr, OWNER_SCAN: tl.constexpr,
 ):
     tc.allow_dependents(PDL, pdl_early != 0)
+    b = tl.program_id(0)
     tile = tl.program_id(1)
-    total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
-    if EXTRA:
-        # The extra-slot launch (`stage1_rows`): B slots per row, each taking chunk
-        # base + (slot - the owner's first slot) of the request that owns it, if it has one.
-        e = tl.program_id(2) * B + tl.program_id(0)
-        b, first = extra_slot_owner(tl.minimum(e, grid - 1), kv_indptr, tl.maximum(total, 1), grid, B, OWNER_SCAN)
-        chunk = tl.where((e < grid) & (total > 0), base + e - first, 1 << 30)
-    else:
-        b = tl.program_id(0)
-        chunk = tl.program_id(2)
+    chunk = tl.program_id(2)
     lo = tl.load(kv_indptr + b)
     L = tl.load(kv_indptr + b + 1) - lo
     vis_start = tl.maximum(L - visible, 0)
     L_vis = L - vis_start
+    total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
     n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
     if chunk < tl.maximum(n, 1):
         # A request of one chunk (or none: an empty range) is finished here, out and lse
@@ -195,11 +165,6 @@ def _adaptive_stage1(
             tc.store_partial(b, head0, chunk, acc, m_i, l_i, Part, stride_pb, stride_ph, stride_ps,
                              PartLse, stride_lb, stride_lh, heads_per_tile, DV, BLOCK_H, BLOCK_DV)
     tc.allow_dependents(PDL, pdl_early == 0)
-    if EXTRA:
-        # One program of the extra launch waits for the base launch to finish before it exits,
-        # so the extra launch completes after both have: stage 2, its dependent, waits on it.
-        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
-            tc.wait_for_primary(PDL)
 
 
 @triton.jit(do_not_specialize=["has_sinks", "store_lse"])
@@ -287,7 +252,6 @@ def decode_attention_adaptive(
     partials: Optional[torch.Tensor] = None, partial_lse: Optional[torch.Tensor] = None,
     block_n: Optional[int] = None, num_warps: Optional[int] = None, num_stages: Optional[int] = None,
     fp8_mma: bool = False, max_visible: Optional[int] = None, stage2_slices: Optional[int] = None,
-    two_part: Optional[bool] = None,
 ) -> None:
     """Adaptive split-K decode attention; same tensors as `fixed_split.decode_attention_fixed`.
 
@@ -308,9 +272,6 @@ def decode_attention_adaptive(
     leave it unset when there is no bound.
     stage2_slices: stage-2 programs per (request, head), each merging a slice of the output
     columns (default `tc.stage2_slices`).
-    two_part: stage 1 as a base launch of the occupancy count's rows and an extra launch of the
-    chunk budget's slots (`split_rule.stage1_rows`) instead of one grid sized for every request
-    taking the whole budget; default where stage 2 is a dependent launch (`tc.dependent_launch`).
     """
     B, Hq, Hkv, Dk, Dv = tc.check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks)
     if splits is None or occupancy is None:
@@ -332,19 +293,13 @@ def decode_attention_adaptive(
     merge = grid_chunks >= 2  # else every request is finished in stage 1
     pdl = tc.dependent_launch(q)  # stage 1 takes the flag whether or not stage 2 follows: one variant
     slices = (stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)) if merge else 0
-    # Extra slots need the dependent launch: without it the extra launch would run after the
-    # base one, a ragged batch's long requests last (`split_rule.stage1_rows`).
-    two_part = pdl if two_part is None else two_part
-    base, extra_rows = split_rule.stage1_rows(B, grid_chunks, occupancy, S) if two_part else (grid_chunks, 0)
-    tiles = tiling["kv_head_tiles"]
-    slots = split_rule.launch_shape(Dk, Dv < Dk)[0] * split_rule.num_sms(q.device)
-    last_stage1 = B * tiles * (extra_rows or base)
-    early = merge and pdl and trigger_early(last_stage1, B * Hq * slices, slots)
+    early = merge and pdl and trigger_early(B * tiling["kv_head_tiles"] * grid_chunks, B * Hq * slices,
+                                            split_rule.launch_shape(Dk, Dv < Dk)[0] * split_rule.num_sms(q.device))
     visible = tc.visible_arg(window)
     lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
     sinks_t = sinks if sinks is not None else partial_lse
     flags = (int(sinks is not None), int(lse is not None))  # has_sinks, store_lse: runtime, not constexprs
-    stage1_args = (
+    _adaptive_stage1[(B, tiling["kv_head_tiles"], grid_chunks)](
         q, q.stride(0), q.stride(1), q.stride(2),
         k_arg, kp, kt, kh, kd,
         v_arg, vp, vt, vh, vd,
@@ -355,17 +310,11 @@ def decode_attention_adaptive(
         lse_t, lse_t.stride(0), lse_t.stride(1),
         sinks_t, float(v_scale), *flags,
         tiling["group"], tiling["heads_per_tile"], tiling["tiles_per_kv"],
-        float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, visible, S, occupancy, B)
-    stage1_kw = dict(BLOCK_H=tiling["BLOCK_H"], BLOCK_N=block_n, SOFTCAP=bool(softcap),
-                     SHARE_KV=share_kv, E4M3_BITS=e4m3_bits,
-                     MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma),
-                     PDL=int(pdl), OWNER_SCAN=OWNER_SCAN, **dims, **cfg)
-    # The base launch lets its dependent (the extra launch, else stage 2) start as the rule says;
-    # with an extra launch, at once: its programs take the slots the base launch leaves free.
-    _adaptive_stage1[(B, tiles, base)](*stage1_args, int(early or extra_rows > 0), base, EXTRA=0, **stage1_kw)
-    if extra_rows:
-        _adaptive_stage1[(B, tiles, extra_rows)](*stage1_args, int(early), base, EXTRA=1, **stage1_kw,
-                                                 **({"launch_pdl": True} if pdl else {}))
+        float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, visible, S, occupancy, B, int(early),
+        BLOCK_H=tiling["BLOCK_H"], BLOCK_N=block_n, SOFTCAP=bool(softcap),
+        SHARE_KV=share_kv, E4M3_BITS=e4m3_bits,
+        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl),
+        **dims, **cfg)
     if not merge:
         return
     slice_dv = dims["BLOCK_DV"] // slices

@@ -110,29 +110,3 @@ def test_more_than_64_partials_merge_in_one_round(slices):
     v, launches = _run(LONG, splits=128, occupancy=128, stage2_slices=slices)
     assert v.passed, v.summary()
     assert [g[2] for g in launches] == [slices]
-
-
-# Stage 1 in two launches (split_rule.stage1_rows): the occupancy count's rows for every request,
-# then the budget's extra slots for the requests that take more. A budget of 24 and an occupancy
-# count of 2 give the 3000-key request 19 chunks (17 of them in extra slots) next to requests of
-# 0, 1, 40 and 700 keys.
-RAGGED = MIXED.replace(seq_lens=(3000, 40, 0, 700, 1), seed=8)
-
-
-def test_two_part_stage1_matches_the_reference(monkeypatch):
-    mod, _ = _adaptive()
-    rows = []
-    real = mod.split_rule.stage1_rows
-    monkeypatch.setattr(mod.split_rule, "stage1_rows", lambda *a: rows.append(real(*a)) or rows[-1])
-    v, launches = _run(RAGGED, splits=24, occupancy=2, two_part=True)
-    assert v.passed, v.summary()
-    assert rows == [(2, 5)] and len(launches) == 1  # 2 base rows, 5 rows of 5 extra slots
-
-
-def test_extra_slots_left_out_are_caught(monkeypatch):
-    """The planted bug the previous test guards against: the extra launch dropped (the base rows
-    alone). The long request's chunks past the occupancy count are never computed."""
-    mod, _ = _adaptive()
-    monkeypatch.setattr(mod.split_rule, "stage1_rows", lambda batch, chunks, occ, splits: (occ, 0))
-    v, _ = _run(RAGGED, splits=24, occupancy=2, two_part=True)
-    assert not v.passed

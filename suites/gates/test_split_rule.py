@@ -292,33 +292,3 @@ def test_device_mirror_agrees_with_host():
         caps = adaptive_split.device_request_caps(torch.tensor(lengths, dtype=torch.int32, device=device),
                                                   torch.tensor(totals, dtype=torch.int32), grid, occ).cpu().tolist()
         assert caps == [sr.request_cap(L, t, grid, occ) for L, t in zip(lengths, totals)], (grid, occ)
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_extra_slots_give_every_chunk_past_the_occupancy_count_one_slot(seed):
-    """sr.extra_slot_owner (mirrored on the device by adaptive_split.extra_slot_owner):
-    every chunk a request takes past the occupancy count has its own slot below the budget,
-    owned by that request - for ragged batches with empty requests and windows."""
-    rng = random.Random(seed)
-    B = rng.randint(1, 40)
-    lengths = [rng.choice([0, 1, rng.randint(1, 300), rng.randint(1, 70000)]) for _ in range(B)]
-    if not sum(lengths):
-        lengths[0] = 5000
-    window = rng.choice([None, 1000, 4096])
-    splits, occ = rng.randint(1, 128), rng.randint(1, 16)
-    occ = min(occ, splits)
-    total = sum(lengths)
-    seen = {}
-    for b, length in enumerate(lengths):
-        vis = length if window is None else min(length, window)
-        n = sr.chunk_count_for_cap(vis, sr.request_cap(vis, total, splits, occ))
-        for c in range(occ, n):
-            slot = None
-            for e in range(splits):
-                o, f = sr.extra_slot_owner(e, lengths, splits)
-                if o == b and e - f == c - occ:
-                    slot = e
-                    break
-            assert slot is not None, f"request {b} chunk {c} of {n} has no extra slot (lengths {lengths})"
-            assert slot not in seen, f"slot {slot} taken by {seen[slot]} and ({b}, {c})"
-            seen[slot] = (b, c)
