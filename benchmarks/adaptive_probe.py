@@ -558,12 +558,17 @@ def probe(reps, tbs, deadline, group="launch"):
     return rows
 
 
+# The rounds with a function of their own (the others are variant groups of `probe`).
+ROUNDS = {"pipeline": pipeline_probe, "lean": lean_probe, "stage2": stage2_probe, "pdl": pdl_probe,
+          "layout": layout_probe, "empties": empties_probe}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--max-seconds", type=float, default=420)
-    ap.add_argument("--variants", choices=("launch", "chunks", "waves", "pipeline", "lean", "stage2", "pdl", "layout", "empties"),
+    ap.add_argument("--variants", choices=("launch", "chunks", "waves", *ROUNDS),
                     default="launch",
                     help="launch: slices, budget, configs (rounds 1-2); chunks: smallest chunk, programs per SM; "
                          "waves: the occupancy count on batched cells; pipeline: double-buffered launch configs; "
@@ -579,18 +584,8 @@ def main():
     tbs = timing.copy_bandwidth_tbs()
     meta = run_meta(a.reps, tbs, old_kernels=old is not None)
     print(json.dumps(meta), flush=True)
-    if a.variants == "pipeline":
-        rows = pipeline_probe(a.reps, tbs, deadline)
-    elif a.variants == "lean":
-        rows = lean_probe(a.reps, tbs, deadline)
-    elif a.variants == "stage2":
-        rows = stage2_probe(a.reps, tbs, deadline)
-    elif a.variants == "pdl":
-        rows = pdl_probe(a.reps, tbs, deadline)
-    elif a.variants == "layout":
-        rows = layout_probe(a.reps, tbs, deadline)
-    elif a.variants == "empties":
-        rows = empties_probe(a.reps, tbs, deadline)
+    if a.variants in ROUNDS:
+        rows = ROUNDS[a.variants](a.reps, tbs, deadline)
     else:
         rows = probe(a.reps, tbs, deadline, a.variants)
     meta["ir"] = _ir_counts(new._adaptive_stage1)
