@@ -1,12 +1,32 @@
-"""The perf guard's session parts: one GuardRun per pytest session (the `perf_run` fixture),
-and the per-cell table printed at the end of the run. Loaded for `pytest suites/perf` and
-`pytest --pyargs decode_conformance.suites.perf` alike; the options are registered by the
-plugin (decode_conformance/perf_options.py)."""
+"""The perf guard's session parts: the option check, one GuardRun per pytest session (the
+`perf_run` fixture), the GPU in pytest-benchmark's machine_info, and the table and report at
+the end of the run. Loaded for `pytest suites/perf` and `pytest --pyargs
+decode_conformance.suites.perf` alike; the options are registered by the plugin
+(decode_conformance/perf_options.py)."""
 import pytest
 
-from decode_conformance import perf_guard
+from decode_conformance import perf_options
+from decode_conformance.perf import report, sources, store
+from decode_conformance.perf.guard import GuardRun
 
 _RUN = pytest.StashKey[object]()
+
+
+def pytest_configure(config):
+    perf_options.check(config)
+
+
+def _reference(config):
+    spec = config.getoption("--perf-reference")
+    if not spec:
+        return None
+    from decode_conformance.kernel_api import KernelLoadError, kernel_specs, load_kernel
+    from decode_conformance.state import KernelParam
+    spec = kernel_specs([spec])[0]
+    try:
+        return KernelParam(spec, load_kernel(spec))
+    except KernelLoadError as e:
+        raise pytest.UsageError(f"--perf-reference={spec}: {e}") from None
 
 
 @pytest.fixture(scope="session")
@@ -14,33 +34,47 @@ def perf_run(request, dc_state):
     config = request.config
     run = config.stash.get(_RUN, None)
     if run is None:
-        timing = perf_guard.timing_from_env()  # the CPU self-tests' fake timing source
+        timing = sources.timing_from_env()  # the CPU self-tests' fake timing source
         if timing is None and dc_state.device != "cpu":
-            timing = perf_guard.GpuTiming(dc_state.device)
+            timing = sources.GpuTiming(dc_state.device)
         selected = {}  # compare only the cells whose tests this session runs (-k, node ids)
         for item in request.session.items:
             params = getattr(getattr(item, "callspec", None), "params", {})
             if "dc_kernel" in params and "cell" in params and item.originalname == "test_perf":
                 selected.setdefault(params["dc_kernel"].name, set()).add(params["cell"])
-        run = perf_guard.GuardRun(timing=timing, gpu_class=dc_state.gpu_class, selected=selected,
-                                  baseline_dir=config.getoption("--perf-baseline-dir"),
-                                  record=bool(config.getoption("--perf-record")),
-                                  require=bool(config.getoption("--perf-require-baseline")),
-                                  pyargs=dc_state.pyargs, gpu_class_option=config.getoption("--gpu-class"))
+        run = GuardRun(timing=timing, gpu_class=dc_state.gpu_class, selected=selected,
+                       baseline_dir=config.getoption("--perf-baseline-dir"),
+                       record=bool(config.getoption("--perf-record")),
+                       require=bool(config.getoption("--perf-require-baseline")),
+                       pyargs=dc_state.pyargs, gpu_class_option=config.getoption("--gpu-class"),
+                       reference=_reference(config))
         config.stash[_RUN] = run
     if run.timing is None:
-        pytest.skip("the perf guard needs a GPU: under Triton's interpreter it would time Python, not the kernel")
+        why = "the perf guard needs a GPU: under Triton's interpreter it would time Python, not the kernel"
+        if run.require:
+            pytest.exit(f"--perf-require-baseline (the CI mode) on a machine without a GPU: {why}; run the perf job "
+                        "on a GPU runner", returncode=pytest.ExitCode.USAGE_ERROR)
+        pytest.skip(why)
     return run
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    run = config.stash.get(_RUN, None)
+    if run is not None and run.timing is not None:
+        machine_info["gpu"] = store.gpu_fields(run.timing.device_info())
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     run = config.stash.get(_RUN, None)
-    if run is None or hasattr(config, "workerinput"):
+    if run is None or run.timing is None or hasattr(config, "workerinput"):
         return
-    lines = run.table()
-    if not lines:
-        return
-    terminalreporter.section("perf guard")
-    bad = any(v.fail for v in run.rows())
-    for i, line in enumerate(lines):
-        terminalreporter.write_line(line, red=bad and i == 0, bold=i == 0)
+    lines = report.table(run)
+    if lines:
+        terminalreporter.section("perf guard")
+        bad = any(r.fail for r in run.rows())
+        for i, line in enumerate(lines):
+            terminalreporter.write_line(line, red=bad and i == 0, bold=i == 0)
+    folder = config.getoption("--perf-report")
+    if folder:
+        for p in report.write(run, folder):
+            terminalreporter.write_line(f"perf report: {p}")
