@@ -68,7 +68,7 @@ from decode_conformance import _paths  # noqa: E402
 
 _paths.alias_checkout()
 
-from decode_conformance import timing  # noqa: E402
+from decode_conformance.perf import timing  # noqa: E402
 from decode_conformance.metrics import cosine  # noqa: E402
 from decode_conformance.runner import prepare  # noqa: E402
 from decode_conformance_kernels import adaptive_split as new  # noqa: E402

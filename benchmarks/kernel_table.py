@@ -1,6 +1,6 @@
 """The kernels' speed on the cells of issue #11, side by side, in one harness: CUDA-graph replay
 of one launch, the L2 flushed (a 256 MB read; --flush zero: a memset) before every replay, events around the replay
-alone, median of repeats (decode_conformance.timing). bf16, paged KV (16-key pages, shuffled),
+alone, median of repeats (decode_conformance.perf.timing). bf16, paged KV (16-key pages, shuffled),
 torch SDPA on a dense contiguous copy as the peer.
 
     python benchmarks/kernel_table.py table --out DIR        # the table (+ plot)
@@ -27,7 +27,7 @@ from decode_conformance import _paths  # noqa: E402
 
 _paths.alias_checkout()
 
-from decode_conformance import timing  # noqa: E402
+from decode_conformance.perf import timing  # noqa: E402
 from decode_conformance.cases import Case  # noqa: E402
 from decode_conformance.metrics import cosine  # noqa: E402
 from decode_conformance.runner import prepare  # noqa: E402

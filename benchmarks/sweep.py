@@ -27,7 +27,7 @@ from decode_conformance import _paths  # noqa: E402
 
 _paths.alias_checkout()
 
-from decode_conformance import timing  # noqa: E402
+from decode_conformance.perf import timing  # noqa: E402
 from decode_conformance.batch import Workspace  # noqa: E402
 from decode_conformance.cases import Case  # noqa: E402
 from decode_conformance.metrics import cosine  # noqa: E402

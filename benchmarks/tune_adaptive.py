@@ -20,7 +20,7 @@ _paths.alias_checkout()
 
 import torch  # noqa: E402
 
-from decode_conformance import timing  # noqa: E402
+from decode_conformance.perf import timing  # noqa: E402
 from decode_conformance.metrics import cosine  # noqa: E402
 from decode_conformance.runner import prepare  # noqa: E402
 from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel  # noqa: E402

@@ -17,7 +17,7 @@ L2 full of *dirty* lines, which the timed kernel then writes back to memory as i
 them - up to the L2 size of extra DRAM writes inside the sample. "read" (a read-only kernel
 over the same 256 MB) leaves the L2 full of clean lines of an unrelated buffer: the timed
 kernel starts cold and pays for its own traffic only. The perf guard uses "read"
-(decode_conformance/perf_guard.py), and so do the benchmarks (`BENCH_FLUSH`; their `--flush`
+(decode_conformance/perf/sources.py), and so do the benchmarks (`BENCH_FLUSH`; their `--flush`
 picks "zero" to compare with the records taken with it, docs/gpu-runs/2026-12-01-h200's close
 1-13 and probe 1-8: on an H200 it added 5-10 us to a 30-150 us cell).
 """
