@@ -35,6 +35,6 @@ def feed(benchmark, values_us: list[float], extra_info: dict, group: str) -> Non
     """Record `values_us` (device time, us) as the rounds of `benchmark`, with `extra_info`."""
     benchmark.group = group
     benchmark.extra_info.update(extra_info)
-    CLOCK.queue = list(values_us)
+    CLOCK.now, CLOCK.queue = 0.0, list(values_us)
     benchmark.pedantic(CLOCK.tick, rounds=len(values_us), iterations=1, warmup_rounds=0)
     CLOCK.queue = []

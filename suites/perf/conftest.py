@@ -10,6 +10,7 @@ from decode_conformance.perf import report, sources, store
 from decode_conformance.perf.guard import GuardRun
 
 _RUN = pytest.StashKey[object]()
+_TIMING = pytest.StashKey[object]()
 
 
 def pytest_configure(config):
@@ -29,14 +30,25 @@ def _reference(config):
         raise pytest.UsageError(f"--perf-reference={spec}: {e}") from None
 
 
+def _timing(config):
+    """The session's timing source (None on a machine without a GPU), made once: the fixture
+    and pytest-benchmark's machine_info hook (called before any test) share it."""
+    if _TIMING not in config.stash:
+        from decode_conformance import hardware
+        timing = sources.timing_from_env()  # the CPU self-tests' fake timing source
+        device = config.getoption("--device") or ("cuda" if hardware.has_gpu() else "cpu")
+        if timing is None and device != "cpu":
+            timing = sources.GpuTiming(device)
+        config.stash[_TIMING] = timing
+    return config.stash[_TIMING]
+
+
 @pytest.fixture(scope="session")
 def perf_run(request, dc_state):
     config = request.config
     run = config.stash.get(_RUN, None)
     if run is None:
-        timing = sources.timing_from_env()  # the CPU self-tests' fake timing source
-        if timing is None and dc_state.device != "cpu":
-            timing = sources.GpuTiming(dc_state.device)
+        timing = _timing(config)
         selected = {}  # compare only the cells whose tests this session runs (-k, node ids)
         for item in request.session.items:
             params = getattr(getattr(item, "callspec", None), "params", {})
@@ -59,9 +71,9 @@ def perf_run(request, dc_state):
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
-    run = config.stash.get(_RUN, None)
-    if run is not None and run.timing is not None:
-        machine_info["gpu"] = store.gpu_fields(run.timing.device_info())
+    timing = _timing(config)
+    if timing is not None:
+        machine_info["gpu"] = store.machine_gpu(timing.device_info())
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -1,0 +1,148 @@
+"""The perf suite as a whole pytest run, on CPU with the fake timing source
+($DECODE_CONFORMANCE_PERF_FAKE): pytest-benchmark's files are written and read back (the
+guard reads a `--benchmark-json` file as a record; `pytest-benchmark list / compare` read the
+guard's records), `--benchmark-compare-fail` works on these runs, an A/B run (A/A passes, a
+planted slowdown fails), the CI perf shard of ci/shards.toml, and the usage errors."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from decode_conformance.perf import sources, store
+from suites.selftest._subpytest import GOOD, ROOT, run_pytest
+
+SPEC = GOOD
+KERNEL = "torch_gather"
+BASE = ("suites/perf", "-p", "no:xdist", "--gpu-class=sm_90", f"--kernel={SPEC}")
+
+
+def _fake(**kw) -> dict:
+    return {sources.FAKE_ENV: json.dumps(kw)}
+
+
+def _pb(*args, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest_benchmark", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_pytest_benchmark_files_are_written_and_read_back(tmp_path):
+    recs, storage = tmp_path / "records", tmp_path / "storage"
+    rec = run_pytest(*BASE, f"--perf-baseline-dir={recs}", "--perf-record", f"--benchmark-json={tmp_path}/rec.json",
+                     f"--benchmark-storage=file://{storage}", "--benchmark-save=rec", env=_fake(seed=1))
+    assert rec.rc == 0, rec.out[-3000:]
+    ours = store.load(store.record_path(recs, "sm_90", KERNEL), "sm_90", KERNEL)
+    theirs = store.load(tmp_path / "rec.json", "sm_90", KERNEL)  # what pytest-benchmark wrote
+    assert ours and set(ours) == set(theirs)
+    for cell, c in ours.items():
+        # the same values, through pytest-benchmark's clock (a subtraction of two clock readings)
+        assert theirs[cell]["median_us"] == pytest.approx(c["median_us"], rel=1e-9)
+        assert theirs[cell]["noise_rel"] == c["noise_rel"]
+        assert theirs[cell]["gpu_name"] == "fake GPU" and theirs[cell]["tbs"] > 0
+    saved = sorted(storage.glob("*/0001_rec.json"))
+    assert len(saved) == 1 and json.loads(saved[0].read_text())["machine_info"]["gpu"]["gpu_name"] == "fake GPU"
+    # pytest-benchmark's own file is a record the guard compares with: one store
+    (tmp_path / "pb" / "sm_90").mkdir(parents=True)
+    shutil.copy(tmp_path / "rec.json", tmp_path / "pb" / "sm_90" / f"{KERNEL}.json")
+    same = run_pytest(*BASE, f"--perf-baseline-dir={tmp_path / 'pb'}", "--perf-require-baseline", env=_fake(seed=2))
+    assert same.rc == 0 and "7 passed" in same.out, same.out[-3000:]
+    # pytest-benchmark's command line lists and compares the guard's records and its saved run
+    listed = _pb("--storage", f"file://{recs}", "list", cwd=tmp_path)
+    assert listed.returncode == 0 and f"sm_90/{KERNEL}.json" in listed.stdout, listed.stdout + listed.stderr
+    cmp = _pb("compare", f"records/sm_90/{KERNEL}.json", str(saved[0].relative_to(tmp_path)), "--group-by=param:cell",
+              cwd=tmp_path)  # relative paths: pytest-benchmark 5 cannot mix them with absolute ones
+    assert cmp.returncode == 0, cmp.stdout + cmp.stderr
+    assert "benchmark 'cell=b1-128k-32x8x128': 2 tests" in cmp.stdout and "Median" in cmp.stdout, cmp.stdout
+
+
+def test_benchmark_compare_fail_works_on_device_time(tmp_path):
+    storage = f"--benchmark-storage=file://{tmp_path}/storage"
+    first = run_pytest(*BASE, f"--perf-baseline-dir={tmp_path}", storage, "--benchmark-autosave", "-k", "b1-128k",
+                       env=_fake(seed=1))
+    assert first.rc == 0, first.out[-3000:]
+    slow = run_pytest(*BASE, f"--perf-baseline-dir={tmp_path}", storage, "--benchmark-compare",
+                      "--benchmark-compare-fail=median:3%", "-k", "b1-128k", env=_fake(seed=2, slowdown=0.05))
+    assert slow.rc == 1 and "Performance has regressed" in slow.out, slow.out[-3000:]
+
+
+def test_ab_run_passes_a_a_and_fails_a_planted_slowdown(tmp_path):
+    args = (*BASE, f"--perf-baseline-dir={tmp_path}", f"--perf-reference={SPEC}", f"--perf-report={tmp_path}/rep")
+    same = run_pytest(*args, env=_fake(seed=1))
+    assert same.rc == 0 and "perf guard (ab, reference" in same.out, same.out[-3000:]
+    slow = run_pytest(*args, env=_fake(seed=2, slowdown=0.05))
+    assert slow.rc == 1 and f"SLOWER: {KERNEL} b1-128k-32x8x128" in slow.out and "vs reference" in slow.out, \
+        slow.out[-3000:]
+    md = (tmp_path / "rep" / "perf.md").read_text()
+    assert f"### {KERNEL}: **" in md and "| ratio |" in md and "**slower**" in md
+    rows = json.loads((tmp_path / "rep" / "perf.json").read_text())["rows"]
+    assert rows and all(r["ratio"] for r in rows if r["status"] != "skipped")
+
+
+def test_record_with_require_is_a_usage_error():
+    r = run_pytest(*BASE, "--perf-record", "--perf-require-baseline", env=_fake(seed=1))
+    assert r.rc == 4 and "--perf-record and --perf-require-baseline together" in r.out, r.out[-3000:]
+
+
+def test_require_baseline_without_a_gpu_stops_the_run():
+    r = run_pytest(*BASE, "--perf-require-baseline", "-k", "b1-4k", env={sources.FAKE_ENV: ""})
+    assert r.rc == 4 and "machine without a GPU" in r.out, r.out[-3000:]
+
+
+def test_perf_suite_skips_on_cpu_and_under_xdist():
+    r = run_pytest("suites/perf", "-rs", "-k", "b1-4k", env={sources.FAKE_ENV: ""})
+    assert r.rc == 0 and "the perf guard needs a GPU" in r.out, r.out[-3000:]
+    r = run_pytest("suites/perf", "-rs", "-k", "b1-4k", env={**_fake(seed=1), "PYTEST_XDIST_WORKER": "gw0"})
+    assert r.rc == 0 and "does not time under xdist" in r.out, r.out[-3000:]
+
+
+# ---- CI ----------------------------------------------------------------------------------------
+
+def _perf_shard_commands():
+    """[(class, trigger, argv)] of every shard of ci/shards.toml that runs suites/perf."""
+    spec = importlib.util.spec_from_file_location("ci_shards", ROOT / "ci" / "shards.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("ci_shards", mod)  # dataclasses in the module look themselves up there
+    spec.loader.exec_module(mod)
+    data = mod.load()
+    out = []
+    for cls in data["class"]:
+        for trig in mod.TRIGGERS:
+            for c in mod.commands(cls, trig, runner="perf", data=data):
+                if c.suite.rstrip("/").endswith("perf"):
+                    out.append((cls, trig, list(c.argv)))
+    return out
+
+
+def test_ci_perf_shard_requires_a_record():
+    cmds = _perf_shard_commands()
+    assert cmds, "ci/shards.toml runs the perf suite nowhere"
+    for cls, trig, argv in cmds:
+        assert "--perf-require-baseline" in argv, (
+            f"{cls} {trig}: the CI perf shard must pass --perf-require-baseline (a missing record must fail); "
+            f"ci/shards.toml [shard.perf] needs it in args. Command now: {' '.join(argv)}")
+        assert "-n" not in argv, "perf must not run under xdist"
+
+
+def test_ci_perf_shard_fails_on_a_planted_regression(tmp_path):
+    _, _, argv = _perf_shard_commands()[0]
+    assert argv[:3] == ["python", "-m", "pytest"]
+    drop = ("--conformance-report", "--junitxml", "--perf-baseline-dir", "--perf-require-baseline")
+    args = [a for a in argv[3:] if not a.startswith(drop)] + ["--gpu-class=sm_90", f"--kernel={SPEC}",
+                                                             f"--perf-baseline-dir={tmp_path}"]
+    rec = run_pytest(*args, "--perf-record", env=_fake(seed=1))
+    assert rec.rc == 0 and (tmp_path / "sm_90" / f"{KERNEL}.json").exists(), rec.out[-3000:]
+    slow = run_pytest(*args, "--perf-require-baseline", report=tmp_path / "report", env=_fake(seed=3, slowdown=0.05))
+    assert slow.rc == 1 and f"SLOWER: {KERNEL} b1-128k-32x8x128" in slow.out, slow.out[-3000:]
+    rows = [r for r in slow.report["results"] if r["test"].endswith("test_perf")]
+    assert rows and all(r["status"] == "failed" and "SLOWER" in r["message"] for r in rows)
+
+
+def test_missing_record_fails_the_ci_mode_run(tmp_path):
+    r = run_pytest(*BASE, f"--perf-baseline-dir={tmp_path}", "--perf-require-baseline", "-k", "b1-128k",
+                   env=_fake(seed=1))
+    assert r.rc == 1 and f"no record for sm_90/{KERNEL}" in r.out and "record one with: pytest suites/perf" in r.out, \
+        r.out[-3000:]
