@@ -1,16 +1,17 @@
 """Latency vs context per kernel, with the read roofline, from stored perf-guard results (runs
 anywhere: it reads JSON, no GPU).
 
-    python benchmarks/plot_perf.py                           # the shipped baselines
+    python benchmarks/plot_perf.py                           # the shipped records
     python benchmarks/plot_perf.py fixtures/baselines/sm_90 --out /tmp/sm_90.png
-    python benchmarks/plot_perf.py $OUT/baselines            # what benchmarks/perf_power.py recorded
-    python benchmarks/plot_perf.py my-baselines/sm_90/my_kernel.json
+    python benchmarks/plot_perf.py reports/perf/perf.json    # what a guard run measured (--perf-report)
+    python benchmarks/plot_perf.py my-records/sm_90/my_kernel.json
 
-Inputs: baseline files (<dir>/<gpu_class>/<kernel>.json, decode_conformance/perf_guard.py) or
+Inputs: records (<dir>/<gpu_class>/<kernel>.json, pytest-benchmark documents written by the
+guard, decode_conformance/perf/store.py), `perf.json` of a guard run's --perf-report, or
 folders holding them. One panel per (GPU class, kernel): x = keys in the cell (its context,
 summed over the batch), y = the cell's median device time; one colour per shape and KV dtype
-(measured: solid markers, labelled with the cell and its % of the roofline; the roofline:
-bytes moved / measured read bandwidth, dashed). Needs matplotlib (`pip install matplotlib`).
+(labelled with the cell and its % of the roofline; the roofline: bytes moved / measured read
+bandwidth, dashed). Needs matplotlib (`pip install matplotlib`).
 """
 from __future__ import annotations
 
@@ -20,6 +21,39 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _panels(doc: dict) -> list[dict]:
+    """[{gpu_class, kernel, gpu_name, date, triton, read_tbs, cells: {name: {context, median_us, bytes,
+    roofline_pct, shape, case}}}] of a record or a report; [] for anything else."""
+    if isinstance(doc, dict) and isinstance(doc.get("benchmarks"), list):
+        panels: dict = {}
+        for b in doc["benchmarks"]:
+            x = b.get("extra_info") or {}
+            if "perf_guard" not in x:
+                continue
+            p = panels.setdefault((x["gpu_class"], x["kernel"]), {
+                "gpu_class": x["gpu_class"], "kernel": x["kernel"], "gpu_name": x.get("gpu_name"),
+                "date": str(doc.get("datetime", ""))[:10], "triton": x.get("triton"), "read_tbs": x.get("read_tbs"),
+                "cells": {}})
+            p["cells"][x["cell"]] = {"context": x["context"], "median_us": b["stats"]["median"] * 1e6,
+                                     "bytes": x["bytes"], "roofline_pct": x.get("roofline_pct") or 0,
+                                     "shape": x.get("shape"), "case": x.get("case")}
+        return list(panels.values())
+    if isinstance(doc, dict) and isinstance(doc.get("rows"), list) and "mode" in doc:
+        dev = doc.get("device") or {}
+        panels = {}
+        for r in doc["rows"]:
+            if r.get("now_us") is None or r.get("context") is None:
+                continue
+            p = panels.setdefault(r["kernel"], {"gpu_class": doc["gpu_class"], "kernel": r["kernel"],
+                                                "gpu_name": dev.get("gpu_name"), "date": "", "triton": dev.get("triton"),
+                                                "read_tbs": dev.get("read_tbs"), "cells": {}})
+            p["cells"][r["cell"]] = {"context": r["context"], "median_us": r["now_us"], "bytes": r["bytes"],
+                                     "roofline_pct": r.get("roofline_pct") or 0, "shape": r["cell"].split("-")[-1],
+                                     "case": ""}
+        return list(panels.values())
+    return []
 
 
 def find_baselines(paths: list[str]) -> list[tuple[pathlib.Path, dict]]:
@@ -38,10 +72,10 @@ def find_baselines(paths: list[str]) -> list[tuple[pathlib.Path, dict]]:
         except ValueError as e:
             print(f"plot_perf: skipping {f}: not JSON ({e})", file=sys.stderr)
             continue
-        if isinstance(doc, dict) and doc.get("format") == "decode-conformance-perf-baseline":
-            docs.append((f, doc))
-        else:
-            print(f"plot_perf: skipping {f}: not a perf-guard baseline", file=sys.stderr)
+        panels = _panels(doc)
+        if not panels:
+            print(f"plot_perf: skipping {f}: not a perf-guard record or report", file=sys.stderr)
+        docs += [(f, p) for p in panels]
     return docs
 
 
@@ -64,7 +98,7 @@ def plot(docs: list[tuple[pathlib.Path, dict]], out: pathlib.Path) -> pathlib.Pa
     colors = {f: plt.cm.tab10(i % 10) for i, f in enumerate(fams)}
     for i, (path, d) in enumerate(docs):
         ax = axes[i // cols][i % cols]
-        read = d["bandwidth"]["read_tbs"]
+        read = d["read_tbs"] or 1.0
         for fam in fams:
             cells = sorted(((name, c) for name, c in d["cells"].items() if family(c) == fam),
                            key=lambda nc: nc[1]["context"])
@@ -81,8 +115,8 @@ def plot(docs: list[tuple[pathlib.Path, dict]], out: pathlib.Path) -> pathlib.Pa
         ax.set_yscale("log")
         ax.set_xlabel("keys in the cell (context x batch)")
         ax.set_ylabel("median device time, us")
-        ax.set_title(f"{d['kernel']} - {d['gpu_class']} {d['recorded']['gpu_name']}\n"
-                     f"{d['recorded']['date'][:10]}, triton {d['recorded'].get('triton')}; dashed: roofline "
+        ax.set_title(f"{d['kernel']} - {d['gpu_class']} {d['gpu_name']}\n"
+                     f"{d['date']}, triton {d['triton']}; dashed: roofline "
                      f"at {read:.2f} TB/s read", fontsize=8)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=6, loc="upper left")
@@ -104,7 +138,7 @@ def main(argv=None) -> int:
     paths = a.paths or [str(ROOT / "fixtures" / "baselines")]
     docs = find_baselines(paths)
     if not docs:
-        print(f"plot_perf: no perf-guard baselines under {paths}; record some with "
+        print(f"plot_perf: no perf-guard records or reports under {paths}; record some with "
               "`pytest suites/perf --perf-record` on a GPU", file=sys.stderr)
         return 1
     import importlib.util
