@@ -257,6 +257,7 @@ def test_templates_need_no_checkout_of_this_suite():
     nvidia = (ROOT / "ci" / "templates" / "decode-conformance-nvidia.yml").read_text()
     perf = next(ln for ln in nvidia.splitlines() if "--pyargs decode_conformance.suites.perf" in ln)
     assert " -n " not in perf and "--perf-require-baseline" in nvidia and "--perf-record" in nvidia
+    assert "--perf-reference=" in nvidia and "git merge-base" in nvidia, "perf: A/B against the merge base by default"
 
 
 def test_amd_files_say_they_never_ran_on_amd_hardware():
