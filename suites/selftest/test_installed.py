@@ -67,10 +67,11 @@ def test_wheel_carries_the_data_and_the_suites(fresh_venv):
     code = textwrap.dedent("""
         import importlib.util, decode_conformance, decode_conformance.resources as r
         assert "site-packages" in decode_conformance.__file__, decode_conformance.__file__
-        for f in ("gpu_classes.toml", "perf_cells.toml", "smoke_set.txt", "known_failures.toml",
+        for f in ("gpu_classes.toml", "perf_cells.toml", "perf_machine_spread.toml", "baselines/sm_90/lean.json",
+                  "smoke_set.txt", "known_failures.toml",
                   "gates/lean_calibration.toml"):
             assert r.data_path(f).is_file(), f
-        for m in ("decode_conformance.suites.parity.test_parity", "decode_conformance.suites.gates",
+        for m in ("decode_conformance.suites.parity.test_parity", "decode_conformance.suites.gates", "decode_conformance.perf.guard",
                   "decode_conformance.suites.perf", "decode_conformance_kernels.adapters.flashinfer_decode"):
             assert importlib.util.find_spec(m) is not None, m
         assert importlib.util.find_spec("decode_conformance.suites.selftest") is None, "self-tests are not shipped"
