@@ -160,8 +160,9 @@ def _lift(case: Case, q, k, device):
 
 def _large_v(case: Case, q, k, v):
     """large-v, on structured q, K, V: V scaled so its largest stored element is
-    LARGE_V_STORED of the cache type (MLA: K's V columns, with q's V columns scaled down so the
-    scores do not move)."""
+    LARGE_V_STORED of the cache type. MLA: V is K's first columns, so q's are zeroed there and
+    the scores keep their rope-column part (zero is exact in every type, where a q scaled down
+    by thousands would sink into fp8's subnormals under the fp8-q-and-p tier)."""
     Dv = case.v_head_dim
     vals = k[..., :Dv] if case.mla else v
     if vals.numel() == 0:
@@ -170,7 +171,7 @@ def _large_v(case: Case, q, k, v):
     m = LARGE_V_STORED[case.kv_dtype] * stored_scale / float(vals.abs().max())
     if case.mla:
         k[..., :Dv] *= m
-        q[..., :Dv] /= m
+        q[..., :Dv] = 0.0
     else:
         v = v * m
     return q, k, v
