@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from . import regressions
-from .cases import Case
+from .cases import KEYS_MATTER, Case
 from .kernel_api import Capabilities
 from .pairwise import Constraint, CoveringProblem
 
@@ -54,6 +54,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "softcap": ("off", "30"),
     "sinks": ("off", "on"),
     "lengths": ("zero-one", "long-short", "all-long", "split-edge"),
+    "data": ("structured", "large-scores", "late-spike", "large-v", "randn", "low-scores", "zero-q", "huge-scores"),
 }
 AXIS_DOCS = {
     "kv_dtype": "KV cache dtype (fp8 caches pair with bf16 queries and non-unit, unequal k/v scales)",
@@ -72,6 +73,11 @@ AXIS_DOCS = {
     "sinks": "per-head attention sinks (denominator only)",
     "lengths": "the batch: a 0-length and a 1-length row next to a short one; a long request next to a short one; "
                "all long; three requests at a split boundary -1, +0, +1 of every shipped split rule",
+    "data": "how q, K, V are drawn (cases.DATA_KINDS): structured (every key matters); large-scores (raw scores "
+            "~ +96, past float32's exp range, no soft-cap); late-spike (keys ~100 nats above the rest late in the "
+            "request, on every other row); large-v (V near the top of the storage type); randn; low-scores "
+            "(~ -5e5); zero-q; huge-scores (soft-capped). Long requests only under the kinds where every key "
+            "matters (cases.KEYS_MATTER)",
 }
 MLA_SHAPES = {"mla576": (576, 512), "mla288": (288, 256)}
 
@@ -163,6 +169,8 @@ def _value_fields(axis: str, value: str, profile: str) -> dict:
         return {"softcap": None if value == "off" else float(value)}
     if axis == "sinks":
         return {"sinks": value == "on"}
+    if axis == "data":
+        return {"data": value}
     return {}  # lengths, window_start, window_keys: sizes, not capabilities
 
 
@@ -296,6 +304,7 @@ def classify(case: Case, profile: str) -> dict[str, str]:
                                                           else None)
     out["sinks"] = "on" if case.sinks else "off"
     out["lengths"] = _regime(case.seq_lens, profile)
+    out["data"] = case.data
     return {a: v for a, v in out.items() if v is not None and v in AXES[a]}
 
 
@@ -308,7 +317,8 @@ def constraints() -> tuple[Constraint, ...]:
     """Value combinations that can exist, in both profiles."""
     def shape_ok(regime, layout, window, wstart, wkeys):
         recipe = dict(kv_dtype="bf16", layout=layout, heads="g2", head_dim="d64", window=window,
-                      window_start=wstart, window_keys=wkeys, softcap="off", sinks="off", lengths=regime)
+                      window_start=wstart, window_keys=wkeys, softcap="off", sinks="off", lengths=regime,
+                      data="structured")
         return all(_unseeded(recipe, p) is not None for p in PROFILES)
 
     return (
@@ -317,6 +327,12 @@ def constraints() -> tuple[Constraint, ...]:
         Constraint.from_predicate(AXES, ("layout", "head_dim"),
                                   lambda lay, hd: not (lay.endswith("-kv2") and hd in MLA_SHAPES),
                                   "interleaved K/V pages hold separate K and V: not MLA"),
+        Constraint.from_predicate(AXES, ("data", "softcap"), lambda d, cap: not (d == "huge-scores" and cap == "off"),
+                                  "huge-scores tests the soft-cap's overflow: it needs a cap"),
+        # A long row under a kind where keys weigh alike or the output averages to ~0 would let a
+        # kernel drop keys within its budget: long requests keep a structured-based kind.
+        Constraint.from_predicate(AXES, ("data", "lengths"), lambda d, reg: d in KEYS_MATTER or reg == "zero-one",
+                                  "long requests only under a kind where every key matters (cases.KEYS_MATTER)"),
     )
 
 

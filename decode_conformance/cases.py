@@ -29,7 +29,7 @@ FP8_SCALES = (0.4375, 1.6875)
 
 LAYOUTS = ("contig", "paged")
 
-# How the inputs are drawn. Each names the property it provokes.
+# How the inputs are drawn. Each names the property it provokes, and the bug class it is for.
 DATA_KINDS = {
     "structured": "every key matters: scores and V share a per-key factor with a trend over the request, V has a "
                   "non-zero mean, so outputs do not average to ~0 and attention is neither uniform nor one-hot",
@@ -37,7 +37,27 @@ DATA_KINDS = {
     "low-scores": "q = +64, K = -64: every score near -5e5 (flashinfer #4267 finite -5e4 running max)",
     "zero-q": "q = 0: exact answer is the mean of the visible V rows (flashinfer #3716 padding lanes)",
     "huge-scores": "scores far above 88 x softcap (vLLM #56578 tanh overflow)",
+    "large-scores": "structured, every raw score lifted by about +96 with no soft-cap needed: exp(s) overflows "
+                    "float32 above 88.7, so a kernel that never subtracts the running max (or merges splits "
+                    "with exp(lse) unshifted) gives inf/inf = NaN, while exp(s - max) stays finite",
+    "late-spike": "structured, plus a few keys placed late in the visible range (at 3/4, 7/8 and the last) "
+                  "scoring about +100 nats, more than 30 above the rest, on every other (request, head) row: the "
+                  "running max jumps after many tiles and inside a later split. For kernels that fix their max "
+                  "early (the first tile's, a preset one) or rescale a partial wrongly when it moves",
+    "large-v": "structured with V scaled so its largest stored element is near the top of the storage type "
+               "(2^14 for bf16/fp16, 384 x v_scale for e4m3, 2^15 x v_scale for e5m2): an output accumulator in "
+               "fp16 overflows, a dropped or re-applied v_scale is off by a large absolute amount",
 }
+# Kinds whose every row needs every visible key (structured-based): the only ones long requests
+# are built with in the case table, so dropping keys still moves a 128k-key row measurably.
+# late-spike rows without a spike are structured; the spiked ones are there for the max.
+KEYS_MATTER = frozenset({"structured", "large-scores", "late-spike", "large-v"})
+# large-scores / late-spike: the raw score they add, in nats, carried by one coordinate of q
+# (q_lift) against a K coordinate stored as exactly 16 (a power of two: exact in every cache
+# type, under every k_scale).
+LARGE_SCORE_LIFT = 96.0
+SPIKE_LIFT = 100.0
+LIFT_STORED_K = 16.0
 
 # A window given as w keys either counts the current token (vLLM, sglang radius+1) or
 # excludes it (FlashAttention left=w, flashinfer window_left=w attend w+1 keys).
@@ -132,6 +152,13 @@ class Case:
         if self.kv_scales is not None and (len(self.kv_scales) != 2 or not all(
                 isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in self.kv_scales)):
             raise _fail("kv_scales", "None or (k_scale, v_scale), both finite floats > 0", self.kv_scales)
+        if self.data in ("large-scores", "late-spike"):
+            lift = self.q_lift
+            q_max = torch.finfo(self.q_dtype).max
+            if not lift <= q_max / 4:
+                raise _fail("data", f"a kind whose lifted q coordinate ({lift:.3g} for sm_scale x k_scale = "
+                            f"{self.sm_scale * self.scales[0]:.3g}) fits {self.q_dtype} with margin "
+                            f"(<= {q_max / 4:.3g})", self.data)
 
     # ----- derived facts -------------------------------------------------------------
     @property
@@ -174,6 +201,12 @@ class Case:
             nope = 128 if self.rope_dim == 64 else 2 * self.rope_dim
             return 1.0 / math.sqrt(nope + self.rope_dim)
         return 1.0 / math.sqrt(self.head_dim)
+
+    @property
+    def q_lift(self) -> float:
+        """large-scores / late-spike: the q coordinate that adds their raw score against K's 16."""
+        lift = SPIKE_LIFT if self.data == "late-spike" else LARGE_SCORE_LIFT
+        return lift / (LIFT_STORED_K * self.scales[0] * self.sm_scale)
 
     @property
     def visible_keys(self) -> Optional[int]:

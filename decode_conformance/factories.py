@@ -16,7 +16,7 @@ import math
 import torch
 
 from .batch import DecodeBatch, Workspace
-from .cases import Case
+from .cases import LIFT_STORED_K, Case
 
 # Slots of NaN left between requests of a contiguous layout, so a read past a request's
 # end lands on poison rather than on the next request's keys.
@@ -104,11 +104,89 @@ def _structured(case: Case, gen, device):
     return q.reshape(B, Hq, Dk), k, v
 
 
+# large-v: the largest stored V element, per storage type: 2^14 leaves fp16 room for the output
+# (a weighted mean of V) while a few such keys summed unnormalized pass 65504; fp8 near the top
+# of its range (e4m3 448, e5m2 57344), so v_scale multiplies large stored values.
+LARGE_V_STORED = {"bf16": 2.0**14, "fp16": 2.0**14, "e4m3": 384.0, "e5m2": 2.0**15}
+
+
+def _spike_rows(case: Case, device) -> torch.Tensor:
+    """[B, Hq] bool: the late-spike rows, every other (request, head), so the rows between them
+    keep structured scores under which every key matters."""
+    b = torch.arange(case.batch, device=device)[:, None]
+    h = torch.arange(case.num_q_heads, device=device)[None, :]
+    return (b + h) % 2 == 0
+
+
+def spike_positions(case: Case) -> list[list[int]]:
+    """Per request, the positions of its spike keys: 3/4 and 7/8 into the visible range and its
+    last key, so the max moves after many key tiles and inside a later split."""
+    out = []
+    for L in case.seq_lens:
+        start = 0 if case.visible_keys is None else max(0, L - case.visible_keys)
+        n = L - start
+        out.append(sorted({start + 3 * n // 4, start + 7 * n // 8, L - 1}) if n else [])
+    return out
+
+
+def _lift(case: Case, q, k, device):
+    """large-scores / late-spike, on structured q and K: the last K column (a rope column for
+    MLA, never V) stored as exactly LIFT_STORED_K, against q's last column at case.q_lift, adds
+    the kind's lift to the raw scores it reaches."""
+    B, Hq, Dk, Dv = case.batch, case.num_q_heads, case.head_dim, case.v_head_dim
+    k_col = LIFT_STORED_K * case.scales[0]
+    if case.data == "large-scores":
+        q[..., -1] = case.q_lift
+        k[..., -1] = k_col
+        return q, k
+    spiked = _spike_rows(case, device)
+    q[..., -1] = torch.where(spiked, case.q_lift, 0.0)
+    if case.mla:  # spike scores must be equal: no V-column term on the spiked rows
+        q[..., :Dv] = torch.where(spiked[..., None], 0.0, q[..., :Dv])
+    k[..., -1] = 0.0
+    starts = [0]
+    for L in case.seq_lens:
+        starts.append(starts[-1] + L)
+    flat = [starts[b] + p for b, ps in enumerate(spike_positions(case)) for p in ps]
+    if flat:
+        idx = torch.tensor(flat, dtype=torch.long, device=device)
+        # Every spike key is the same key outside V, so the spiked rows' spike scores are equal
+        # in any precision and their output is the mean of the spike keys' V: a budget as tight
+        # as a structured row's, though the other keys weigh e^-30 or less there.
+        k[idx, :, (Dv if case.mla else 0):] = 0.0
+        k[idx, :, -1] = k_col
+    return q, k
+
+
+def _large_v(case: Case, q, k, v):
+    """large-v, on structured q, K, V: V scaled so its largest stored element is
+    LARGE_V_STORED of the cache type. MLA: V is K's first columns, so q's are zeroed there and
+    the scores keep their rope-column part (zero is exact in every type, where a q scaled down
+    by thousands would sink into fp8's subnormals under the fp8-q-and-p tier)."""
+    Dv = case.v_head_dim
+    vals = k[..., :Dv] if case.mla else v
+    if vals.numel() == 0:
+        return q, k, v
+    stored_scale = case.scales[0] if case.mla else case.scales[1]
+    m = LARGE_V_STORED[case.kv_dtype] * stored_scale / float(vals.abs().max())
+    if case.mla:
+        k[..., :Dv] *= m
+        q[..., :Dv] = 0.0
+    else:
+        v = v * m
+    return q, k, v
+
+
 def _values(case: Case, n_tokens: int, gen, device):
     """Real-valued q, K, V before storage rounding (float32)."""
     B, Hq, Hkv, Dk, Dv = case.batch, case.num_q_heads, case.num_kv_heads, case.head_dim, case.v_head_dim
     if case.data == "structured":
         return _structured(case, gen, device)
+    if case.data in ("large-scores", "late-spike"):
+        q, k, v = _structured(case, gen, device)
+        return (*_lift(case, q, k, device), v)
+    if case.data == "large-v":
+        return _large_v(case, *_structured(case, gen, device))
     k_width = Dk  # for MLA the V columns are the first Dv of K, so K alone is drawn
     q = _randn((B, Hq, Dk), gen, device)
     k = _randn((n_tokens, Hkv, k_width), gen, device)

@@ -65,6 +65,8 @@ def test_table_has_the_issue_values():
     assert {"d64", "d80", "d96", "d128", "d256", "mla576", "mla288"} <= set(cs.AXES["head_dim"])
     assert {"zero-one", "long-short", "all-long", "split-edge"} <= set(cs.AXES["lengths"])
     assert set(cs.AXES["window"]) == {"none", "counts-current", "excludes-current"}
+    from decode_conformance.cases import DATA_KINDS
+    assert set(cs.AXES["data"]) == set(DATA_KINDS) and cs.AXES["data"][0] == "structured"
 
 
 def test_interpreter_sizes_stay_small():
