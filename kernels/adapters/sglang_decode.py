@@ -104,7 +104,7 @@ class SglangDecodeKernel:
             num_kv_splits=ws.alloc("num_kv_splits", (B,), torch.int32, fill=splits),
             max_kv_splits=splits, sm_scale=batch.sm_scale,
             k_scale=batch.k_scale, v_scale=batch.v_scale, logit_cap=batch.softcap, sinks=batch.sinks,
-            has_mla=batch.mla,  # 0.5.23+: its MLA launch geometry (only where it is tuned)
+            has_mla=batch.v_head_dim != batch.head_dim,  # 0.5.23+: MLA launch geometry (suite: only MLA has Dv < Dk)
         )
         args = {k: v for k, v in args.items() if k in self._params}
         fn = self._fn
