@@ -246,7 +246,7 @@ def fake_vllm(module_name: str, with_3d: bool = True):
                 window_size, block_table, softcap, q_descale, k_descale, v_descale, alibi_slopes=None, sinks=None):
             unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
                               causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
-                              sinks=sinks)
+                              sinks=sinks, kv_quant_mode=int(k.dtype.itemsize == 1))  # fp8 told by the dtype
         m.unified_attention = old
     return m
 
