@@ -54,7 +54,7 @@ CAPS = Capabilities(
     num_splits=True,
     cuda_graph_safe=True,  # launch is two Triton kernels on fixed buffers; metadata is built in plan
     fp8_math=FP8_Q_AND_P,  # its grouped kernel casts q (and P) to the KV dtype for an fp8 x fp8 dot
-    devices=frozenset({"cuda"}),
+    devices=frozenset({"cuda", "cpu"}),  # cpu: Triton's interpreter (checked with sglang 0.5.23's file)
 )
 
 

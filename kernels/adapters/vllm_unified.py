@@ -60,7 +60,7 @@ CAPS = Capabilities(
     # A forced path gives each request fixed programs (and, in 3D, 16 segments sized from its own
     # length), so its bits do not depend on its batch companions.
     batch_invariant=True,
-    devices=frozenset({"cuda"}),
+    devices=frozenset({"cuda", "cpu"}),  # cpu: Triton's interpreter (checked with vllm 0.33.0's file)
 )
 
 
