@@ -32,7 +32,7 @@ SHIPPED_PACKAGE = "decode_conformance_kernels"
 
 # The case fields a ShapeRule may constrain (all ints on every case).
 SHAPE_FIELDS = ("group", "num_q_heads", "num_kv_heads", "head_dim", "v_head_dim", "page_size", "batch_size",
-                "max_len")
+                "max_len", "min_len")
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,8 @@ class ShapeRule:
     def value(self, case: Case) -> int:
         if self.field == "batch_size":
             return len(case.seq_lens)
+        if self.field == "min_len":  # e.g. a library whose contract has no 0-length rows
+            return min(case.seq_lens)
         return int(getattr(case, self.field))
 
     def violation(self, case: Case) -> Optional[str]:
