@@ -49,11 +49,10 @@ def case_families(case_id: str) -> list[str]:
 
 
 def families(row: dict) -> list[str]:
-    test = row["test"].split("::")[-1]
-    for name, fam in TEST_FAMILIES.items():
-        if test.startswith(name):
-            return [fam]
-    if test in PARITY_TESTS and row.get("case"):
+    test_file = row["test"].split("::")[0]  # report rows name tests "<file stem>::<function>"
+    if test_file in TEST_FAMILIES:
+        return [TEST_FAMILIES[test_file]]
+    if test_file in PARITY_TESTS and row.get("case"):
         return case_families(row["case"])
     return []
 
