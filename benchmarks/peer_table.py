@@ -83,9 +83,8 @@ def measure_cell(cell, kernels, reference, timing, rounds: int, reps: int) -> di
             g = timing.capture(launch, "cuda")
             runners[k.name] = (lambda g=g: timing.replay_times_us(g, "cuda", reps), "graph")
         else:
-            runners[k.name] = (lambda launch=launch: timing.event_times_us(launch, "cuda", reps,
-                                                                           timing._bench_flush("cuda", timing.BENCH_FLUSH)),
-                               "eager")
+            flush = timing._bench_flush("cuda", timing.BENCH_FLUSH)  # the flush replay_times_us uses
+            runners[k.name] = (lambda launch=launch: timing.event_times_us(launch, "cuda", reps, flush), "eager")
         entries[k.name] = {"status": "timed", "times_us": [], "mode": runners[k.name][1]}
     for _ in range(rounds):  # interleaved
         for name, (run, _mode) in runners.items():
