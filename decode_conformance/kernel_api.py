@@ -122,6 +122,10 @@ class Capabilities:
         unknown = set(self.kv_dtypes) - set(DTYPES)
         if unknown:
             raise ValueError(f"Capabilities.kv_dtypes: unknown {sorted(unknown)}; expected a subset of {sorted(DTYPES)}")
+        if self.gqa_groups is not None and not (isinstance(self.gqa_groups, frozenset) and self.gqa_groups and all(
+                isinstance(g, int) and g >= 1 for g in self.gqa_groups)):
+            raise ValueError(f"Capabilities.gqa_groups: expected None or a non-empty frozenset of ints >= 1 (query "
+                             f"heads per KV head), got {self.gqa_groups!r}")
         bad_rules = [r for r in self.shape_rules if not isinstance(r, ShapeRule)]
         if not isinstance(self.shape_rules, tuple) or bad_rules:
             raise ValueError(f"Capabilities.shape_rules: expected a tuple of ShapeRule, got {self.shape_rules!r}")

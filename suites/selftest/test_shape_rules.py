@@ -42,6 +42,8 @@ def test_shape_rules_are_data_and_named():
     (lambda: ShapeRule("group"), "ShapeRule('group')"),
     (lambda: Capabilities(shape_rules=[ShapeRule("group", max=4)]), "Capabilities.shape_rules"),
     (lambda: Capabilities(shape_rules=("group<=4",)), "Capabilities.shape_rules"),
+    (lambda: Capabilities(gqa_groups={1, 2}), "Capabilities.gqa_groups"),
+    (lambda: Capabilities(gqa_groups=frozenset({0, 2})), "Capabilities.gqa_groups"),
 ])
 def test_malformed_declaration_is_one_clear_error(make, field):
     with pytest.raises(ValueError, match=rf"^{field.replace('(', '[(]').replace(')', '[)]')}: expected"):
