@@ -1,8 +1,8 @@
 """vLLM's unified_attention adapters (kernels/adapters/vllm_unified.py) against the recording
 stand-in of suites/selftest/fake_libraries.py: both module paths, both forced launch paths,
 the window pair, fp8 descale tensors, sinks, the 3D scratch from the workspace, and an older
-signature. Where the real kernel file is carried (/work/main/.carry/vllm_kernels, never in CI)
-the same cases also run through it under Triton's interpreter."""
+signature. The real kernel files run under Triton's interpreter in test_real_triton_adapters.py,
+where they are importable (never in CI)."""
 from __future__ import annotations
 
 import dataclasses
