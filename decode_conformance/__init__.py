@@ -13,6 +13,7 @@ _PUBLIC = {
     "Workspace": "batch",
     "Capabilities": "kernel_api",
     "DecodeKernel": "kernel_api",
+    "ShapeRule": "kernel_api",
 }
 __all__ = sorted(_PUBLIC)
 

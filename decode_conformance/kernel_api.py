@@ -30,6 +30,53 @@ ENTRY_POINT_GROUP = "decode_conformance.kernels"
 SHIPPED_PACKAGE = "decode_conformance_kernels"
 
 
+# The case fields a ShapeRule may constrain (all ints on every case).
+SHAPE_FIELDS = ("group", "num_q_heads", "num_kv_heads", "head_dim", "v_head_dim", "page_size", "batch_size",
+                "max_len", "min_len")
+
+
+@dataclass(frozen=True)
+class ShapeRule:
+    """A declared limit on the case's shape, kept as data so the skip reason can name it:
+    `field` (one of SHAPE_FIELDS) must be in `allowed` and/or within [min, max]. `why` says
+    where the limit comes from (shown in the skip reason)."""
+
+    field: str
+    allowed: Optional[frozenset] = None
+    min: Optional[int] = None
+    max: Optional[int] = None
+    why: str = ""
+
+    def __post_init__(self):
+        if self.field not in SHAPE_FIELDS:
+            raise ValueError(f"ShapeRule.field: expected one of {SHAPE_FIELDS}, got {self.field!r}")
+        if self.allowed is None and self.min is None and self.max is None:
+            raise ValueError(f"ShapeRule({self.field!r}): expected allowed, min or max; got none")
+
+    def value(self, case: Case) -> int:
+        if self.field == "batch_size":
+            return len(case.seq_lens)
+        if self.field == "min_len":  # e.g. a library whose contract has no 0-length rows
+            return min(case.seq_lens)
+        return int(getattr(case, self.field))
+
+    def violation(self, case: Case) -> Optional[str]:
+        """None when the case satisfies the rule, else the reason (field, value, what is supported)."""
+        v = self.value(case)
+        bad = ((self.allowed is not None and v not in self.allowed) or (self.min is not None and v < self.min)
+               or (self.max is not None and v > self.max))
+        if not bad:
+            return None
+        want = []
+        if self.allowed is not None:
+            want.append("{" + ", ".join(str(a) for a in sorted(self.allowed)) + "}")
+        if self.min is not None:
+            want.append(f">= {self.min}")
+        if self.max is not None:
+            want.append(f"<= {self.max}")
+        return f"{self.field} {v} (supported: {' and '.join(want)}{'; ' + self.why if self.why else ''})"
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a kernel supports. Each flag says which test consumes it; a case or test that
@@ -40,6 +87,10 @@ class Capabilities:
     layouts: frozenset = frozenset({"contig", "paged"})
     page_sizes: Optional[frozenset] = None  # None: any page size
     head_dims: Optional[frozenset] = None  # None: any
+    # Query heads per KV head (MQA: group = num_q_heads); None: any group.
+    gqa_groups: Optional[frozenset] = None
+    # Further declared limits on the case's shape (ShapeRule): every rule must hold.
+    shape_rules: tuple = ()
     window_convention: Optional[str] = "counts-current"  # None: no sliding window
     mla: bool = True
     softcap: bool = True
@@ -71,6 +122,13 @@ class Capabilities:
         unknown = set(self.kv_dtypes) - set(DTYPES)
         if unknown:
             raise ValueError(f"Capabilities.kv_dtypes: unknown {sorted(unknown)}; expected a subset of {sorted(DTYPES)}")
+        if self.gqa_groups is not None and not (isinstance(self.gqa_groups, frozenset) and self.gqa_groups and all(
+                isinstance(g, int) and g >= 1 for g in self.gqa_groups)):
+            raise ValueError(f"Capabilities.gqa_groups: expected None or a non-empty frozenset of ints >= 1 (query "
+                             f"heads per KV head), got {self.gqa_groups!r}")
+        bad_rules = [r for r in self.shape_rules if not isinstance(r, ShapeRule)]
+        if not isinstance(self.shape_rules, tuple) or bad_rules:
+            raise ValueError(f"Capabilities.shape_rules: expected a tuple of ShapeRule, got {self.shape_rules!r}")
         if self.fp8_math not in FP8_MATH:
             raise ValueError(f"Capabilities.fp8_math: expected one of {FP8_MATH}, got {self.fp8_math!r}")
 
@@ -92,6 +150,9 @@ class Capabilities:
             miss.append(f"page size {case.page_size}")
         if self.head_dims is not None and case.head_dim not in self.head_dims:
             miss.append(f"head dim {case.head_dim}")
+        if self.gqa_groups is not None and case.group not in self.gqa_groups:
+            miss.append(f"GQA group {case.group} (supported: {', '.join(str(g) for g in sorted(self.gqa_groups))})")
+        miss += [why for why in (r.violation(case) for r in self.shape_rules) if why]
         if case.window is not None and self.window_convention is None:
             miss.append("sliding window")
         if case.mla and not self.mla:
@@ -111,6 +172,14 @@ class Capabilities:
         parts += [",".join(sorted(self.kv_dtypes)), "/".join(sorted(self.layouts))]
         if self.page_sizes is not None:
             parts.append("pages " + ",".join(str(p) for p in sorted(self.page_sizes)))
+        if self.head_dims is not None:
+            parts.append("head dims " + ",".join(str(d) for d in sorted(self.head_dims)))
+        if self.gqa_groups is not None:
+            parts.append("groups " + ",".join(str(g) for g in sorted(self.gqa_groups)))
+        for r in self.shape_rules:
+            parts.append("rule " + r.field + ("{" + ",".join(str(a) for a in sorted(r.allowed)) + "}" if r.allowed
+                                              is not None else "") + (f">={r.min}" if r.min is not None else "")
+                         + (f"<={r.max}" if r.max is not None else ""))
         parts.append(f"window {self.window_convention}" if self.window_convention else "no window")
         parts.append(f"fp8 {self.fp8_math}")
         for flag in ("mla", "softcap", "sinks", "lse", "num_splits", "cuda_graph_safe", "deterministic",

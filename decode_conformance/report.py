@@ -68,7 +68,8 @@ def environment(state) -> dict:
     env = {"python": platform.python_version(), "platform": platform.platform(terse=True),
            "device": state.device, "gpu_class": state.gpu_class, "case_set": state.case_set,
            "profile": state.profile, "ledgers": list(state.ledger_paths),
-           "kernels": {k.name: {"spec": k.spec, "caps": k.kernel.caps.describe()} for k in state.kernels}}
+           "kernels": {k.name: {"spec": k.spec, "caps": k.kernel.caps.describe(),
+                                "library": getattr(k.kernel, "library_version", None)} for k in state.kernels}}
     try:
         from importlib.metadata import version
         env["decode_conformance"] = version("decode-conformance")

@@ -328,12 +328,17 @@ def list_kernels(config) -> int:
         use_interpreter()
     from .kernel_api import KernelLoadError, kernel_specs, load_kernel
     bad = 0
-    for spec in kernel_specs(config.getoption("--kernel")):
+    specs = kernel_specs(config.getoption("--kernel"))
+    if not config.getoption("--kernel"):  # the opt-in adapters too: whether each library is present
+        from decode_conformance_kernels.registry import ADAPTERS
+        specs += [s for s in (f"decode_conformance_kernels.registry:{a}" for a in ADAPTERS) if s not in specs]
+    for spec in specs:
         try:
             k = load_kernel(spec)
         except KernelLoadError as e:
             bad += 1
             print(f"{spec}\n    NOT LOADED: " + str(e).replace("\n", "\n    "))
             continue
-        print(f"{k.name:16s} {spec}\n    {k.caps.describe()}")
+        lib = f" [{k.library_version}]" if getattr(k, "library_version", None) else ""
+        print(f"{k.name:16s} {spec}{lib}\n    {k.caps.describe()}")
     return int(pytest.ExitCode.USAGE_ERROR) if bad else 0

@@ -50,3 +50,50 @@ def flashinfer_decode():
 def sglang_decode():
     from .adapters.sglang_decode import make_kernel
     return make_kernel()
+
+
+def flashinfer_decode_tc():
+    from .adapters.flashinfer_decode import make_kernel
+    return make_kernel(use_tensor_cores=True)
+
+
+def flashinfer_decode_graph():
+    from .adapters.flashinfer_decode import make_kernel
+    return make_kernel(cuda_graph=True)
+
+
+def flashinfer_decode_tc_graph():
+    from .adapters.flashinfer_decode import make_kernel
+    return make_kernel(use_tensor_cores=True, cuda_graph=True)
+
+
+def flashinfer_mla():
+    from .adapters.flashinfer_mla import make_kernel
+    return make_kernel("flashinfer_mla")
+
+
+def flashinfer_mla_fa3():
+    from .adapters.flashinfer_mla import make_kernel
+    return make_kernel("flashinfer_mla_fa3")
+
+
+def vllm_unified_2d():
+    from .adapters.vllm_unified import make_kernel
+    return make_kernel("2d")
+
+
+def vllm_unified_3d():
+    from .adapters.vllm_unified import make_kernel
+    return make_kernel("3d")
+
+
+def torch_flex():
+    from .adapters.torch_flex import TorchFlexKernel
+    return TorchFlexKernel()
+
+
+# Every opt-in adapter of an external library, by registry name (`--list-kernels` lists them,
+# saying whether the library is present; the conformance matrix has a row for each).
+ADAPTERS = ("torch_sdpa", "torch_flex", "flashinfer_decode", "flashinfer_decode_tc", "flashinfer_decode_graph",
+            "flashinfer_decode_tc_graph", "flashinfer_mla", "flashinfer_mla_fa3", "vllm_unified_2d",
+            "vllm_unified_3d", "sglang_decode")

@@ -5,8 +5,9 @@ default. sglang is imported by the factory, never at module import: where it is 
 installed the kernel is still listed and every case skips with
 "sglang_decode lacks: sglang is not installed".
 
-The function lives in `sglang.srt.layers.attention.triton_ops.decode_attention` (and, in
-newer trees, `sglang.kernels.ops.attention.decode_attention`); its recent signature is
+The function lives in `sglang.srt.layers.attention.triton_ops.decode_attention` (releases up to
+0.5.x's middle) and `sglang.kernels.ops.attention.decode_attention` (0.5.23, the release this
+adapter was last validated against); its recent signature is
     decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits, attn_lse,
                          num_kv_splits, max_kv_splits, sm_scale, k_scale, v_scale,
                          logit_cap=0.0, sinks=None, ...)
@@ -35,7 +36,7 @@ from typing import Callable, Optional
 from decode_conformance.kernel_api import Capabilities
 from decode_conformance.reference import FP8_Q_AND_P
 
-from .flashinfer_decode import import_library
+from .library import first_module, library_version
 
 MODULES = ("sglang.srt.layers.attention.triton_ops.decode_attention",
            "sglang.kernels.ops.attention.decode_attention")
@@ -53,7 +54,7 @@ CAPS = Capabilities(
     num_splits=True,
     cuda_graph_safe=True,  # launch is two Triton kernels on fixed buffers; metadata is built in plan
     fp8_math=FP8_Q_AND_P,  # its grouped kernel casts q (and P) to the KV dtype for an fp8 x fp8 dot
-    devices=frozenset({"cuda"}),
+    devices=frozenset({"cuda", "cpu"}),  # cpu: Triton's interpreter (checked with sglang 0.5.23's file)
 )
 
 
@@ -78,6 +79,7 @@ class SglangDecodeKernel:
                 changes["sinks"] = False
             caps = dataclasses.replace(caps, **changes)
         self.caps = caps if unavailable is None else dataclasses.replace(caps, unavailable=unavailable)
+        self.library_version = library_version("sglang") if fn is not None else None
 
     def plan(self, batch):
         import torch
@@ -102,6 +104,7 @@ class SglangDecodeKernel:
             num_kv_splits=ws.alloc("num_kv_splits", (B,), torch.int32, fill=splits),
             max_kv_splits=splits, sm_scale=batch.sm_scale,
             k_scale=batch.k_scale, v_scale=batch.v_scale, logit_cap=batch.softcap, sinks=batch.sinks,
+            has_mla=batch.v_head_dim != batch.head_dim,  # 0.5.23+: MLA launch geometry (suite: only MLA has Dv < Dk)
         )
         args = {k: v for k, v in args.items() if k in self._params}
         fn = self._fn
@@ -110,13 +113,5 @@ class SglangDecodeKernel:
 
 def make_kernel(max_kv_splits: int = DEFAULT_MAX_KV_SPLITS) -> SglangDecodeKernel:
     """The registry's factory: imports sglang now, so listing the kernel says whether it can run."""
-    why = None
-    for name in MODULES:
-        module, err = import_library(name)
-        if module is not None:
-            fn = getattr(module, FUNCTION, None)
-            if fn is not None:
-                return SglangDecodeKernel(fn, max_kv_splits=max_kv_splits)
-            err = f"{name} has no {FUNCTION}"
-        why = why or err  # report the first (canonical) location's problem
-    return SglangDecodeKernel(None, why)
+    fn, why = first_module(MODULES, FUNCTION)
+    return SglangDecodeKernel(fn, why, max_kv_splits=max_kv_splits)

@@ -3,12 +3,12 @@
 Without the library: the kernel still loads, says why it cannot run, and every case skips
 with "<kernel> lacks: <library> is not installed" - neither failed nor passed.
 
-With a stand-in library: small pure-torch fakes of flashinfer's paged decode wrapper and
-sglang's decode_attention_fwd, written from their documented interfaces (page-level indptr
-with last_page_len, window_left excluding the current token, base-2 LSE; CSR slot indices,
-split-KV scratch, logit_cap). They check the adapters' translation on CPU: metadata, window
-convention, soft-cap, fp8 scales, LSE base, scratch from the workspace. They do not check
-the libraries themselves; that needs a GPU and the real packages.
+With a stand-in library (suites/selftest/fake_libraries.py: pure-torch fakes of flashinfer's
+paged decode wrapper and sglang's decode_attention_fwd with their documented signatures,
+conventions and preconditions, recording every call): the adapters' translation on CPU -
+metadata, window convention, soft-cap, fp8 scales, LSE base, scratch from the workspace, and
+the arguments each library receives. They do not check the libraries themselves; that needs
+a GPU and the real packages.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from decode_conformance.kernel_api import Capabilities, load_kernel
 from decode_conformance.runner import run_case
 from decode_conformance_kernels.adapters.flashinfer_decode import CAPS as FI_CAPS
 from suites.selftest._subpytest import PARITY, run_pytest, small_case_ids
+from suites.selftest.fake_libraries import fake_decode_attention_fwd, fake_flashinfer, fake_sglang
 
 FI_SPEC = "decode_conformance_kernels.registry:flashinfer_decode"
 SG_SPEC = "decode_conformance_kernels.registry:sglang_decode"
@@ -79,130 +80,6 @@ def test_every_case_skips_without_the_library(tmp_path):
     assert "passed" not in run.out.splitlines()[-1] and "failed" not in run.out.splitlines()[-1]
 
 
-# ---- fake flashinfer -------------------------------------------------------------------
-
-def _fake_attention(q, k, v, sm_scale, cap, sinks=None):
-    """q [H, D], k [n, H, D], v [n, H, Dv] (heads already expanded): (out [H, Dv], lse [H])."""
-    s = torch.einsum("hd,nhd->hn", q.double(), k.double()) * sm_scale
-    if cap:
-        s = cap * torch.tanh(s / cap)
-    if sinks is not None:
-        s = torch.cat([s, sinks.double()[:, None]], dim=1)
-    lse = torch.logsumexp(s, dim=1)
-    p = torch.exp(s - lse[:, None])
-    if sinks is not None:
-        p = p[:, :-1]
-    return torch.einsum("hn,nhd->hd", p, v.double()), lse
-
-
-class FakeFlashinferWrapper:
-    """flashinfer.BatchDecodeWithPagedKVCacheWrapper, NHD, the documented plan/run subset."""
-
-    def __init__(self, float_workspace_buffer, kv_layout="NHD", use_tensor_cores=False):
-        assert kv_layout == "NHD"
-        assert float_workspace_buffer.dtype == torch.uint8
-        self.workspace = float_workspace_buffer
-
-    def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size, *,
-             pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None, q_data_type=torch.float16,
-             kv_data_type=None, sm_scale=None):
-        assert pos_encoding_mode == "NONE"
-        assert indptr.dtype == indices.dtype == last_page_len.dtype == torch.int32
-        last = last_page_len.cpu()
-        n_pages = indptr.cpu().diff()
-        assert bool(torch.where(n_pages > 0, (last >= 1) & (last <= page_size), last == 0).all()), \
-            "kv_last_page_len must be in 1..page_size for a request with pages"
-        self.p = dict(indptr=indptr.cpu().tolist(), indices=indices.cpu().tolist(), last=last.tolist(),
-                      hq=num_qo_heads, hkv=num_kv_heads, d=head_dim, P=page_size, window_left=window_left,
-                      cap=logits_soft_cap or 0.0, kv_dtype=kv_data_type,
-                      sm_scale=sm_scale if sm_scale is not None else 1 / math.sqrt(head_dim))
-
-    def run(self, q, paged_kv_cache, *, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
-            return_lse=False):
-        p = self.p
-        k_cache, v_cache = paged_kv_cache
-        assert k_cache.dtype == p["kv_dtype"] and k_cache.shape[1] == p["P"]
-        sm_scale = p["sm_scale"] * (k_scale if k_scale is not None else 1.0)
-        B = q.shape[0]
-        out = torch.empty(q.shape[0], q.shape[1], v_cache.shape[-1], dtype=q.dtype) if out is None else out
-        lse = torch.empty(q.shape[:2], dtype=torch.float32) if lse is None else lse
-        group = p["hq"] // p["hkv"]
-        for b in range(B):
-            pages = p["indices"][p["indptr"][b]:p["indptr"][b + 1]]
-            n = (len(pages) - 1) * p["P"] + p["last"][b] if pages else 0
-            k = k_cache[pages].flatten(0, 1)[:n]
-            v = v_cache[pages].flatten(0, 1)[:n]
-            if p["window_left"] >= 0:  # window_left keys before the current one, plus it
-                k, v = k[-(p["window_left"] + 1):], v[-(p["window_left"] + 1):]
-            if k.shape[0] == 0:
-                out[b] = 0
-                lse[b] = float("-inf")
-                continue
-            k = k.double().repeat_interleave(group, dim=1)
-            v = v.double().repeat_interleave(group, dim=1) * (v_scale if v_scale is not None else 1.0)
-            o, l_nat = _fake_attention(q[b], k, v, sm_scale, p["cap"])
-            out[b] = o.to(out.dtype)
-            lse[b] = (l_nat / math.log(2.0)).float()  # flashinfer reports base 2
-        return (out, lse) if return_lse else out
-
-
-def _fake_flashinfer():
-    m = types.ModuleType("flashinfer")
-    m.BatchDecodeWithPagedKVCacheWrapper = FakeFlashinferWrapper
-    return m
-
-
-# ---- fake sglang -----------------------------------------------------------------------
-
-MIN_BLOCK_KV = 32
-
-
-def fake_decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits, attn_lse,
-                              num_kv_splits, max_kv_splits, sm_scale, k_scale, v_scale, logit_cap=0.0,
-                              sinks=None, xai_temperature_len=-1):
-    """sglang's two-stage split-KV decode: stage 1 writes per-split partials into the
-    caller's scratch, stage 2 merges the non-empty splits (and adds sinks)."""
-    assert max_kv_splits == attn_logits.shape[2] and attn_logits.shape[-1] == v_buffer.shape[-1]
-    B, H = q.shape[:2]
-    group = H // k_buffer.shape[1]
-    indptr, splits = kv_indptr.tolist(), num_kv_splits.tolist()
-    scale = sm_scale * k_scale
-    for b in range(B):
-        L = indptr[b + 1] - indptr[b]
-        slots = kv_indices[indptr[b]:indptr[b + 1]].long()
-        per = math.ceil(math.ceil(L / splits[b]) / MIN_BLOCK_KV) * MIN_BLOCK_KV if L else 0
-        k_all = k_buffer[slots].double().repeat_interleave(group, dim=1)
-        v_all = v_buffer[slots].double().repeat_interleave(group, dim=1)
-        for i in range(splits[b]):  # stage 1
-            lo, hi = i * per, min((i + 1) * per, L)
-            if hi > lo:
-                o_i, l_i = _fake_attention(q[b], k_all[lo:hi], v_all[lo:hi], scale, logit_cap)
-                attn_logits[b, :, i] = o_i.float()
-                attn_lse[b, :, i] = l_i.float()
-        e_max = torch.full((H,), float("-inf"), dtype=torch.float64)
-        e_sum = torch.zeros(H, dtype=torch.float64)
-        acc = torch.zeros(H, v_buffer.shape[-1], dtype=torch.float64)
-        for i in range(max_kv_splits):  # stage 2 reads only the non-empty splits
-            lo, hi = i * per, min((i + 1) * per, L)
-            if i < splits[b] and hi > lo:
-                tl, tv = attn_lse[b, :, i].double(), attn_logits[b, :, i].double()
-                n_max = torch.maximum(tl, e_max)
-                old = torch.exp(e_max - n_max)
-                w = torch.exp(tl - n_max)
-                acc = acc * old[:, None] + w[:, None] * tv
-                e_sum = e_sum * old + w
-                e_max = n_max
-        if sinks is not None:
-            e_sum = e_sum + torch.exp(sinks.double() - e_max)
-        o[b] = (acc / e_sum[:, None] * v_scale).to(o.dtype)
-
-
-def _fake_sglang(module_name):
-    m = types.ModuleType(module_name)
-    m.decode_attention_fwd = fake_decode_attention_fwd
-    return m
-
-
 # ---- adapters against the fakes --------------------------------------------------------
 
 def _cases(pred, n=None, caps=None):
@@ -224,13 +101,13 @@ FI_CASES = _unique([  # paged and contiguous, fp8, GQA, windows in both conventi
 
 @pytest.fixture
 def fake_fi(monkeypatch):
-    monkeypatch.setitem(sys.modules, "flashinfer", _fake_flashinfer())
+    monkeypatch.setitem(sys.modules, "flashinfer", fake_flashinfer())
     return load_kernel(FI_SPEC)
 
 
 @pytest.fixture
 def fake_sg(monkeypatch):
-    monkeypatch.setitem(sys.modules, SG_MODULE, _fake_sglang(SG_MODULE))
+    monkeypatch.setitem(sys.modules, SG_MODULE, fake_sglang(SG_MODULE))
     return load_kernel(SG_SPEC)
 
 
@@ -265,6 +142,114 @@ def test_flashinfer_window_convention_matters(fake_fi):
     assert not res.ok, res.message
 
 
+def _calls(module, fn):
+    return [c["args"] for c in module.calls if c["fn"] == fn]
+
+
+def test_flashinfer_plan_gets_what_its_documentation_asks(fake_fi):
+    """Host indptr / last_page_len (no device-to-host copy in plan), last_page_len in 1..P for
+    every request (empty ones included), int32 metadata, a zeroed workspace (the fake asserts it
+    in its constructor), fp8 scales and the LSE request at run()."""
+    fi = sys.modules["flashinfer"]
+    case = next(c for c in FI_CASES if 0 in c.seq_lens and c.kv_dtype == "e4m3")
+    assert run_case(fake_fi, case, "cpu").ok
+    (plan,) = _calls(fi, "BatchDecodeWithPagedKVCacheWrapper.plan")
+    assert plan["indptr"]["device"] == plan["last_page_len"]["device"] == "cpu"
+    P = case.page_size if case.layout == "paged" else 1
+    assert plan["page_size"] == P and all(1 <= x <= P for x in plan["last_page_len"]["values"])
+    assert plan["num_qo_heads"] == case.num_q_heads and plan["num_kv_heads"] == case.num_kv_heads
+    assert plan["kv_data_type"] == torch.float8_e4m3fn and plan["pos_encoding_mode"] == "NONE"
+    assert not plan["disable_split_kv"]
+    (run,) = _calls(fi, "BatchDecodeWithPagedKVCacheWrapper.run")
+    assert run["return_lse"] and run["sinks"] is None
+    from decode_conformance.factories import build
+    built = build(case, "cpu")
+    assert (run["k_scale"], run["v_scale"]) == pytest.approx((built.k_scale, built.v_scale))
+
+
+def test_flashinfer_cuda_core_declares_its_group_sizes(fake_fi):
+    """A group the CUDA-core decode does not instantiate is skipped, naming the group; the
+    tensor-core form runs it. Planted: without the declaration plan() raises, as on the H200."""
+    import dataclasses
+    case = next(c for c in build_set("parity", "interpreter")
+                if c.group not in FI_CAPS.gqa_groups and not dataclasses.replace(FI_CAPS, gqa_groups=None)
+                .missing_for(c, "cuda"))
+    assert fake_fi.caps.missing_for(case, "cuda") == [
+        f"GQA group {case.group} (supported: 1, 2, 3, 4, 6, 8, 16)"]
+    tc = load_kernel(FI_SPEC + "_tc")
+    assert tc.caps.missing_for(case, "cuda") == [] and tc.name == "flashinfer_decode_tc"
+    res = run_case(tc, case, "cpu")
+    assert res.ok, res.message
+    fake_fi.caps = dataclasses.replace(fake_fi.caps, gqa_groups=None)
+    res = run_case(fake_fi, case, "cpu")
+    assert not res.ok and f"Unsupported group_size: {case.group}" in res.message, res.message
+
+
+@pytest.mark.parametrize("variant", ["_graph", "_tc_graph"])
+def test_flashinfer_graph_form_reads_lengths_at_launch(fake_fi, variant):
+    """Planned once at capacity with fixed buffers, then relaunched on other lengths written
+    into the same tensors (what a CUDA-graph replay does): each launch must match the reference.
+    Planted: a launch that keeps the plan's metadata fails."""
+    from decode_conformance.graphs import capacity_case, load_scenario
+    from decode_conformance.metrics import judge
+    from decode_conformance.runner import prepare, yardstick
+    import decode_conformance_kernels.adapters.flashinfer_decode as fi_mod
+    fi = sys.modules["flashinfer"]
+    k = load_kernel(FI_SPEC + variant)
+    assert k.caps.cuda_graph_safe and k.caps.batch_invariant
+    from decode_conformance.cases import Case
+    template = Case(kv_dtype="bf16", num_q_heads=8, num_kv_heads=2, head_dim=64, seq_lens=(1,), page_size=16)
+    cap = prepare(k, capacity_case(template, 3, 160), "cpu")
+    launch = k.plan(cap)
+    (ctor,) = _calls(fi, "BatchDecodeWithPagedKVCacheWrapper")
+    assert ctor["use_cuda_graph"] and ctor["paged_kv_indptr_buffer"]["shape"] == (4,)
+    assert _calls(fi, "BatchDecodeWithPagedKVCacheWrapper.plan")[0]["disable_split_kv"]
+
+    def replays(run):
+        bad = []
+        for i, lens in enumerate([(1, 160, 0), (33, 0, 17), (0, 0, 0)]):
+            scenario = template.replace(seq_lens=lens, seed=100 + i)
+            view = load_scenario(cap, scenario, seed=scenario.seed)
+            ref, tier = yardstick(k, scenario, view)
+            cap.repoison_outputs()
+            run()
+            v = judge(scenario, view.out, view.lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lse, view.sinks)
+            if not v.passed:
+                bad.append(f"{lens}: {v.summary()}")
+        return bad
+
+    assert replays(launch) == []
+    stale = fi_mod.device_page_metadata
+    try:
+        fi_mod.device_page_metadata = lambda *a, **kw: None  # planted: metadata left as planned
+        assert replays(launch), "a launch on the plan's stale lengths must fail"
+    finally:
+        fi_mod.device_page_metadata = stale
+
+
+MLA_CASES = [c for c in build_set("parity", "interpreter") if c.mla and c.head_dim == 576]
+
+
+@pytest.mark.parametrize("name", ["flashinfer_mla", "flashinfer_mla_fa3"])
+def test_flashinfer_mla_against_fake(monkeypatch, name):
+    monkeypatch.setitem(sys.modules, "flashinfer", fake_flashinfer())
+    fi = sys.modules["flashinfer"]
+    k = load_kernel(f"decode_conformance_kernels.registry:{name}")
+    runnable = [c for c in MLA_CASES if not k.caps.missing_for(c, "cuda")]
+    assert runnable, [k.caps.missing_for(c, "cuda") for c in MLA_CASES]
+    for case in runnable:
+        res = run_case(k, case, "cpu")
+        assert res.ok, f"{case.id}: {res.message}"
+    assert {c["backend"] for c in _calls(fi, "BatchMLAPagedAttentionWrapper")} == {name == "flashinfer_mla"
+                                                                                  and "fa2" or "fa3"}
+    plan = _calls(fi, "BatchMLAPagedAttentionWrapper.plan")[0]
+    assert (plan["head_dim_ckv"], plan["head_dim_kpe"], plan["lse_mode"], plan["causal"]) == (512, 64, "basee",
+                                                                                              False)
+    assert plan["kv_indptr"]["device"] == "cpu"
+    non_mla = next(c for c in FI_CASES if not c.mla)
+    assert k.caps.missing_for(non_mla, "cuda")
+
+
 SG_CASES = _unique([
     *_cases(lambda c: c.window is None and not c.sinks and c.softcap is None and c.data == "structured"
             and c.num_splits is None and c.label == "" and not c.mla, 10),
@@ -296,7 +281,7 @@ def test_sglang_adapter_against_fake(fake_sg, case):
 
 def test_sglang_newer_module_path(monkeypatch):
     monkeypatch.setitem(sys.modules, SG_MODULE, None)
-    monkeypatch.setitem(sys.modules, SG_MODULE_NEW, _fake_sglang(SG_MODULE_NEW))
+    monkeypatch.setitem(sys.modules, SG_MODULE_NEW, fake_sglang(SG_MODULE_NEW))
     k = load_kernel(SG_SPEC)
     assert k.caps.unavailable is None
     case = next(c for c in SG_CASES if all(n > 0 for n in c.seq_lens))

@@ -1,0 +1,152 @@
+"""Every adapter beside our shipped kernels at the perf-guard cells (fixtures/perf_cells.toml),
+in one process, interleaved (round-robin over the kernels, several rounds, so clock and
+thermal drift hit every kernel alike): median time, the ratio to `dispatch` (our default
+kernel) and the share of the read roofline (the cell's compulsory bytes at the measured
+read bandwidth).
+
+    python benchmarks/peer_table.py --out DIR [--kernel NAME ...] [--rounds 5] [--reps 20]
+
+Graph-safe kernels are timed as CUDA-graph replays, the others as eager launches (host
+overhead included: that is what a caller of such a kernel pays), with the L2 flushed before
+every launch (decode_conformance's timer). Each kernel's output is first compared with
+torch_gather's (our float32 torch implementation) on the same inputs: a kernel that is wrong
+on the cell is reported, not timed. A kernel that does not declare the cell's shape, or whose
+library is absent, gets the skip reason. Writes DIR/peer_table.json and DIR/peer_table.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from decode_conformance import _paths  # noqa: E402
+
+_paths.alias_checkout()
+
+SHIPPED = ("dispatch", "adaptive_split", "lean", "fixed_split")
+ADAPTERS = ("flashinfer_decode", "flashinfer_decode_tc", "flashinfer_decode_graph", "flashinfer_decode_tc_graph",
+            "flashinfer_mla", "flashinfer_mla_fa3", "vllm_unified_2d", "vllm_unified_3d", "sglang_decode",
+            "torch_flex", "torch_sdpa")
+BASELINE = "dispatch"
+MIN_COSINE = 0.999  # far below any correct bf16 kernel (~0.99999), far above a wrong one
+
+
+def perf_api():
+    """The suite's timer and perf cells, from one place (the perf helpers may move)."""
+    from decode_conformance import timing
+    from decode_conformance.perf_guard import bytes_moved, load_cells
+    return timing, load_cells, bytes_moved
+
+
+def _load(name):
+    from decode_conformance.kernel_api import load_kernel
+    return load_kernel(f"decode_conformance_kernels.registry:{name}")
+
+
+def _cosine(a, b) -> float:
+    import torch
+    a, b = a.double().flatten(), b.double().flatten()
+    if not bool(torch.isfinite(a).all()):
+        return float("nan")
+    return float(torch.dot(a, b) / (a.norm() * b.norm()).clamp_min(1e-300))
+
+
+def measure_cell(cell, kernels, reference, timing, rounds: int, reps: int) -> dict:
+    from decode_conformance.runner import prepare
+    import torch
+    ref_batch = prepare(reference, cell.case, "cuda")
+    reference.plan(ref_batch)()
+    torch.cuda.synchronize()
+    entries, runners = {}, {}
+    for k in kernels:
+        miss = k.caps.missing_for(cell.case, "cuda")
+        if miss:
+            entries[k.name] = {"status": "skip", "reason": "; ".join(miss)}
+            continue
+        try:
+            batch = prepare(k, cell.case, "cuda")
+            launch = k.plan(batch)
+            launch()
+            torch.cuda.synchronize()
+        except Exception as e:  # a library error on this cell is a result, not the end of the table
+            entries[k.name] = {"status": "error", "reason": f"{type(e).__name__}: {e}"[:300]}
+            continue
+        cos = _cosine(batch.out, ref_batch.out)
+        if not cos >= MIN_COSINE:
+            entries[k.name] = {"status": "wrong", "reason": f"cosine {cos:.6f} against torch_gather"}
+            continue
+        if k.caps.cuda_graph_safe:
+            g = timing.capture(launch, "cuda")
+            runners[k.name] = (lambda g=g: timing.replay_times_us(g, "cuda", reps), "graph")
+        else:
+            flush = timing._bench_flush("cuda", timing.BENCH_FLUSH)  # the flush replay_times_us uses
+            runners[k.name] = (lambda launch=launch: timing.event_times_us(launch, "cuda", reps, flush), "eager")
+        entries[k.name] = {"status": "timed", "times_us": [], "mode": runners[k.name][1]}
+    for _ in range(rounds):  # interleaved
+        for name, (run, _mode) in runners.items():
+            entries[name]["times_us"] += run()
+    for e in entries.values():
+        if e["status"] == "timed":
+            e["median_us"] = statistics.median(e["times_us"])
+            del e["times_us"]
+    return entries
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="folder for peer_table.json / .md")
+    ap.add_argument("--kernel", action="append", help="registry names (default: shipped + every adapter)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=20)
+    a = ap.parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        ap.error("--out: the peer table times kernels on a GPU; none is visible here")
+    timing, load_cells, bytes_moved = perf_api()
+    names = a.kernel or list(SHIPPED + ADAPTERS)
+    kernels = [_load(n) for n in names]
+    reference = _load("torch_gather")
+    tbs = timing.read_bandwidth_tbs()
+    rows = {}
+    for cell in load_cells():
+        entries = measure_cell(cell, kernels, reference, timing, a.rounds, a.reps)
+        floor_us = bytes_moved(cell.case) / (tbs * 1e12) * 1e6
+        base = entries.get(BASELINE, {}).get("median_us")
+        for e in entries.values():
+            if "median_us" in e:
+                e["roofline_pct"] = 100 * floor_us / e["median_us"]
+                if base:
+                    e["vs_dispatch"] = e["median_us"] / base
+        rows[cell.name] = {"shape": cell.shape, "floor_us": floor_us, "kernels": entries}
+        print(cell.name, {k: round(v.get("median_us", 0), 1) or v["status"] for k, v in entries.items()}, flush=True)
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    libs = {k.name: getattr(k, "library_version", None) for k in kernels}
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "read_tbs": tbs, "libraries": libs,
+            "rounds": a.rounds, "reps": a.reps}
+    (out / "peer_table.json").write_text(json.dumps({"meta": meta, "cells": rows}, indent=1))
+    lines = [f"{meta['gpu']}, torch {meta['torch']}, read bandwidth {tbs:.2f} TB/s; median us "
+             f"(x {BASELINE}, % of the read roofline); g = CUDA-graph replay, e = eager launch", "",
+             "| kernel | " + " | ".join(rows) + " |", "|---|" + "---|" * len(rows)]
+    for k in kernels:
+        cells = []
+        for r in rows.values():
+            e = r["kernels"][k.name]
+            if "median_us" in e:
+                ratio = f"x{e['vs_dispatch']:.2f}, " if "vs_dispatch" in e else ""
+                cells.append(f"{e['median_us']:.1f} {e['mode'][0]} ({ratio}{e['roofline_pct']:.0f} %)")
+            else:
+                cells.append(f"{e['status']}: {e['reason'][:50]}")
+        lib = f" {libs[k.name]}" if libs[k.name] else ""
+        lines.append(f"| `{k.name}`{lib} | " + " | ".join(cells) + " |")
+    (out / "peer_table.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,37 @@
+"""torch FlexAttention adapter (kernels/adapters/torch_flex.py) on the CPU: torch is always
+installed, so the real flex_attention runs (eager here, ~1 s a case; compiled on a GPU) on one
+case per feature it declares - paged and contiguous caches, fp8, a window, soft-cap with
+sinks, MLA, empty requests."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from decode_conformance.case_sets import build_set
+from decode_conformance.kernel_api import load_kernel
+from decode_conformance.runner import run_case
+
+SPEC = "decode_conformance_kernels.registry:torch_flex"
+FEATURES = {
+    "paged-window": lambda c: c.layout == "paged" and c.window is not None and c.page_size > 1,
+    "contig-fp8": lambda c: c.layout == "contig" and c.kv_dtype in ("e4m3", "e5m2") and c.window is None,
+    "softcap-sinks": lambda c: c.softcap is not None and c.sinks,
+    "mla": lambda c: c.mla and c.head_dim == 576,
+    "empty-rows": lambda c: 0 in c.seq_lens and not c.sinks,
+}
+
+
+def _case(pred):
+    return next(c for c in build_set("parity", "interpreter") if pred(c))
+
+
+@pytest.mark.parametrize("feature", sorted(FEATURES))
+def test_flex_adapter_on_cpu(feature):
+    k = load_kernel(SPEC)
+    case = _case(FEATURES[feature])
+    assert not k.caps.missing_for(case, "cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager flex_attention warns that it is not compiled
+        res = run_case(k, case, "cpu")
+    assert res.ok, f"{case.id}: {res.message}"

@@ -1,0 +1,60 @@
+"""benchmarks/conformance_matrix.py: case families read from case ids, cells from row
+statuses, and a rewrite of the document that keeps its triage."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+from decode_conformance._paths import checkout_root
+
+ROOT = checkout_root()
+pytestmark = pytest.mark.skipif(ROOT is None or not (ROOT / "benchmarks").is_dir(),
+                                reason="benchmarks/ is in the checkout only")
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("conformance_matrix", ROOT / "benchmarks" / "conformance_matrix.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+@pytest.mark.parametrize("case_id,families", [
+    ("e4m3-contig-h2g1-d128-B3[0,45,1]-win51x-s662681708", {"e4m3", "contig", "window", "0-length rows"}),
+    ("bf16-paged16-kv2-h14g7-d256-B2[303,300]-win62x-s853967298", {"bf16", "paged", "kv2", "window"}),
+    ("e5m2-paged1-h2g1-d80-B2[477,300]-win484-softcap30-sinks-s2076247910",
+     {"e5m2", "paged", "window", "soft-cap", "sinks"}),
+    ("fi3864-bf16-paged16-h6g6-d576v512-mla-B2[300,10]-pool2048M-s1", {"bf16", "paged", "MLA", "2^31 pools"}),
+    ("fp16-paged16-h8g4-d64-B2[10,0]-s1", {"fp16", "paged", "0-length rows"}),
+    ("fp16-paged16-h8g4-d64-B2[10,100]-s1", {"fp16", "paged"}),
+])
+def test_case_families_from_ids(case_id, families):
+    assert set(_module().case_families(case_id)) == families
+
+
+def test_cells_and_rewrite_keep_the_triage(tmp_path):
+    m = _module()
+    assert m.cell([]) == "-"
+    assert m.cell([{"status": "passed"}, {"status": "failed"}, {"status": "skipped"}]) == "**FAIL** 1/2"
+    assert m.cell([{"status": "skipped", "message": "k lacks: GQA group 5 (supported: 1, 2)"}]) == \
+        "skip: GQA group 5 (supported: 1, 2)"
+    rows = [{"test": "test_parity::test_parity", "kernel": "k", "case": "bf16-paged16-h8g4-d64-B2[10,0]-s1",
+             "status": "failed", "message": "FAIL: x", "repro": "pytest ..."},
+            {"test": "test_cuda_graph::test_one_graph_serves_every_length", "kernel": "k", "case": "",
+             "status": "passed"}]
+    rep = tmp_path / "r.json"
+    rep.write_text(json.dumps({"meta": {"kernels": {"k": {"library": "lib 1.0"}}}, "results": rows}))
+    doc = tmp_path / "m.md"
+    doc.write_text("# title\n<!-- matrix -->\nold\n" + m.GENERATED_END + "\n## Triage\nkept\n")
+    assert m.main([str(rep), "-o", str(doc)]) == 0
+    text = doc.read_text()
+    assert "old" not in text and text.endswith("## Triage\nkept\n") and text.startswith("# title\n")
+    line = next(x for x in text.splitlines() if x.startswith("| `k`"))
+    cols = ["kernel", "library", *m.COLUMNS]
+    cells = dict(zip(cols, (c.strip() for c in line.strip("|").split("|"))))
+    assert cells["library"] == "lib 1.0" and cells["0-length rows"] == "**FAIL** 1/1"
+    assert cells["graph replay"] == "pass 1" and cells["sinks"] == "-"
+    assert "reproduce: `pytest ...`" in text

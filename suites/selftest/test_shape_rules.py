@@ -1,0 +1,50 @@
+"""Declared shape support (Capabilities.gqa_groups, Capabilities.shape_rules): a case outside
+it is skipped with a reason naming the field, its value and what is supported; a kernel that
+declares nothing supports every shape; a malformed declaration is one clear error."""
+from __future__ import annotations
+
+import pytest
+
+from decode_conformance.cases import Case
+from decode_conformance.kernel_api import Capabilities, ShapeRule
+
+GQA5 = Case(kv_dtype="bf16", num_q_heads=10, num_kv_heads=2, head_dim=64, seq_lens=(7, 0))
+MQA = Case(kv_dtype="bf16", num_q_heads=32, num_kv_heads=1, head_dim=64, seq_lens=(7,))
+GQA4 = Case(kv_dtype="bf16", num_q_heads=8, num_kv_heads=2, head_dim=64, seq_lens=(7,))
+
+
+def test_undeclared_means_every_group():
+    for case in (GQA5, MQA, GQA4):
+        assert Capabilities().missing_for(case, "cuda") == []
+
+
+def test_gqa_groups_name_the_group_in_the_skip_reason():
+    caps = Capabilities(gqa_groups=frozenset({1, 2, 3, 4, 6, 8, 16}))
+    assert caps.missing_for(GQA4, "cuda") == []
+    assert caps.missing_for(GQA5, "cuda") == ["GQA group 5 (supported: 1, 2, 3, 4, 6, 8, 16)"]
+    assert caps.missing_for(MQA, "cuda") == ["GQA group 32 (supported: 1, 2, 3, 4, 6, 8, 16)"]
+    assert "groups 1,2,3,4,6,8,16" in caps.describe()
+
+
+def test_shape_rules_are_data_and_named():
+    rule = ShapeRule("num_q_heads", max=16, why="one CTA holds at most 16 query heads")
+    caps = Capabilities(shape_rules=(rule, ShapeRule("batch_size", allowed=frozenset({1, 2}))))
+    assert caps.missing_for(GQA4, "cuda") == []  # 8 heads, batch of 1
+    assert caps.missing_for(GQA4.replace(seq_lens=(1, 2, 3)), "cuda") == ["batch_size 3 (supported: {1, 2})"]
+    assert caps.missing_for(MQA, "cuda") == [
+        "num_q_heads 32 (supported: <= 16; one CTA holds at most 16 query heads)"]
+    assert caps.missing_for(GQA5, "cuda") == []  # 10 heads, batch of 2
+    assert "rule num_q_heads<=16" in caps.describe()
+
+
+@pytest.mark.parametrize("make,field", [
+    (lambda: ShapeRule("heads", max=4), "ShapeRule.field"),
+    (lambda: ShapeRule("group"), "ShapeRule('group')"),
+    (lambda: Capabilities(shape_rules=[ShapeRule("group", max=4)]), "Capabilities.shape_rules"),
+    (lambda: Capabilities(shape_rules=("group<=4",)), "Capabilities.shape_rules"),
+    (lambda: Capabilities(gqa_groups={1, 2}), "Capabilities.gqa_groups"),
+    (lambda: Capabilities(gqa_groups=frozenset({0, 2})), "Capabilities.gqa_groups"),
+])
+def test_malformed_declaration_is_one_clear_error(make, field):
+    with pytest.raises(ValueError, match=rf"^{field.replace('(', '[(]').replace(')', '[)]')}: expected"):
+        make()
