@@ -1,5 +1,6 @@
 """The perf guard's power on a real GPU: false-alarm rate of the unchanged kernels against their
-own fresh baseline, and the catch rate of a planted 5 % slowdown (issue #11, guard half).
+own fresh baseline, and the catch rate of a planted 5 % slowdown (the guard's targets: <= 1 %
+false alarms, every cell of 20 us or more caught; docs/perf-guard.md).
 
     python benchmarks/perf_power.py --out $OUT [--kernel pkg.mod:obj ...] [--reps 20]
                                     [--planted-reps 5] [--max-seconds 285]
@@ -25,8 +26,9 @@ with the per-cell threshold), run in-process to save the interpreter and compile
     runs in fresh processes against the same baselines (false alarms across processes).
 
 `--host-load N` keeps N busy-looping processes on the host from the end of step 3 to the end
-of step 5: baselines recorded on a quiet host, then compared under load (run 6 of the H200
-record saw eager-timed cells move 5-20 % while correctness suites shared the host).
+of step 5: baselines recorded on a quiet host, then compared under load (on an H200,
+docs/gpu-runs/2026-11-30-h200-x2/run6, eager-timed cells moved 5-20 % while correctness suites
+shared the host).
 
 Writes $OUT/power.json, $OUT/power.md and the baselines (at most 8 files with the shipped
 5 kernels); prints the summary table last. A kernel that fails is recorded and skipped; the

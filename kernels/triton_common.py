@@ -425,8 +425,8 @@ def fp8_mma_code(cache, requested: bool) -> int:
 
 # Programmatic dependent launch (PDL) of stage 2 on NVIDIA sm_90+: stage 2's programs are
 # placed on the SMs while stage 1's last programs run and wait there (griddepcontrol), so the
-# launch gap between the two kernels is not on the critical path. Probes turn it off here to
-# compare (benchmarks/adaptive_probe.py, round 8).
+# launch gap between the two kernels is not on the critical path. A measurement turns it off
+# here to compare (the on / off record: docs/gpu-runs/2026-12-01-h200/probe9).
 USE_PDL = True
 
 
