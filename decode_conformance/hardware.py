@@ -11,7 +11,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional
+from typing import Optional, Union
 
 CLASSES_FILE = "gpu_classes.toml"  # in the shipped data (decode_conformance.fixtures)
 CPU_CLASS = "cpu"
@@ -24,6 +24,10 @@ class GpuClass:
     memory_gb: float
     fp8_tensor_cores: bool
     description: str
+    # Compile-target facts (ci/compile_check.py): None on classes that are not compiled for.
+    compile_arch: Optional[Union[int, str]] = None  # CUDA compute capability as 90, or the gfx name
+    warp_size: Optional[int] = None
+    shared_memory_bytes: Optional[int] = None  # one program's shared memory (LDS) limit
 
 
 @lru_cache(maxsize=None)
@@ -38,8 +42,15 @@ def known_classes(path: Optional[str] = None) -> dict[str, GpuClass]:
         for key in ("vendor", "memory_gb", "fp8_tensor_cores", "description"):
             if key not in row:
                 raise ValueError(f"{path}: class {name!r} lacks field {key!r}")
+        if "compile_arch" in row:
+            for key in ("warp_size", "shared_memory_bytes"):
+                if not isinstance(row.get(key), int) or row[key] < 1:
+                    raise ValueError(f"{path}: class {name!r} has a compile_arch, so field {key!r} must be a "
+                                     f"positive int, got {row.get(key)!r}")
         out[name] = GpuClass(name=name, vendor=row["vendor"], memory_gb=float(row["memory_gb"]),
-                             fp8_tensor_cores=bool(row["fp8_tensor_cores"]), description=row["description"])
+                             fp8_tensor_cores=bool(row["fp8_tensor_cores"]), description=row["description"],
+                             compile_arch=row.get("compile_arch"), warp_size=row.get("warp_size"),
+                             shared_memory_bytes=row.get("shared_memory_bytes"))
     return out
 
 
