@@ -1,7 +1,8 @@
 """GPU class, compute-unit count and memory of the device under test.
 
 How to add a GPU class: add a row to `fixtures/gpu_classes.toml` (its detection key, memory,
-whether it has fp8 tensor cores) and, if the detection rule is new, one line in
+whether it has fp8 tensor cores; to compile for it in ci/compile_check.py, its compile_arch,
+warp size and shared-memory limit) and, if the detection rule is new, one line in
 `classify()`. Everything class-specific (baselines, ledgers, gate calibration) is keyed by
 the class name.
 """
