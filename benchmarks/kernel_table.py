@@ -1,4 +1,5 @@
-"""The kernels' speed on the cells of issue #11, side by side, in one harness: CUDA-graph replay
+"""The kernels' speed on the cells their speed targets are stated on (batch 1 and 4 at 4k-128k keys,
+a ragged batch of 16), side by side, in one harness: CUDA-graph replay
 of one launch, the L2 flushed (a 256 MB read; --flush zero: a memset) before every replay, events around the replay
 alone, median of repeats (decode_conformance.perf.timing). bf16, paged KV (16-key pages, shuffled),
 torch SDPA on a dense contiguous copy as the peer.
@@ -36,7 +37,7 @@ from sweep import add_flush_option, shared_batch, time_on_batch  # noqa: E402
 
 K = 1024
 RAGGED16 = (1600, 65536, 4096, 32768, 2048, 48000, 8192, 16384, 24576, 1700, 40000, 60000, 12000, 30000, 57000, 28144)
-# (Hq, Hkv, D, lengths) - the cells of the issue's table
+# (Hq, Hkv, D, lengths): the shapes and lengths the split-K kernel's targets name
 CELLS = [
     ((32, 8, 128), (128 * K,)), ((32, 8, 128), (32 * K,)), ((32, 8, 128), (4 * K,)), ((32, 8, 128), (128 * K,) * 4),
     ((16, 2, 256), (128 * K,)), ((16, 2, 256), (32 * K,)), ((16, 2, 256), (4 * K,)), ((16, 2, 256), (32 * K,) * 4),

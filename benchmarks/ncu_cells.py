@@ -1,5 +1,5 @@
 """Launch the adaptive split-K kernel and torch SDPA (dense KV) once each, eagerly, on a few
-cells of issue #11, for Nsight Compute to read their hardware counters:
+cells of the kernel table (benchmarks/kernel_table.py), for Nsight Compute to read their hardware counters:
 
     ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \\
         --section Occupancy --section WarpStateStats --section LaunchStats \\

@@ -1,6 +1,9 @@
 """Plots of a recorded sweep (runs anywhere: reads the JSON that benchmarks/sweep.py wrote).
 
-    python benchmarks/plot.py docs/gpu-runs/2026-11-30-h200
+    python benchmarks/plot.py results/                                 # what sweep.py wrote there
+    python benchmarks/plot.py docs/gpu-runs/2026-12-01-h200/close15    # the recorded final sweeps
+
+Writes split.png / lean.png next to the JSON it reads.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Kernel-time sweeps on a GPU: CUDA-graph replay with the L2 flushed (--flush), median of repeats.
 
-    python benchmarks/sweep.py split --out results/   # issue: adaptive split-K vs fixed vs SDPA
-    python benchmarks/sweep.py lean  --out results/   # issue: Lean vs adaptive split-K, ragged
+    python benchmarks/sweep.py split --out results/   # adaptive split-K vs fixed-split vs SDPA, uniform lengths
+    python benchmarks/sweep.py lean  --out results/   # Lean vs adaptive split-K, uniform and ragged batches
 
 Writes <out>/<sweep>.json (every cell, with versions and the measured copy bandwidth) and
 <out>/<sweep>.md (the table). Each kernel output is checked against torch SDPA (or the
@@ -92,37 +92,50 @@ def _sdpa_dense(case, batch):
     return launch, out
 
 
-def split_sweep(reps, tbs, quick=False, deadline=float("inf")):
+def _measure_cells(cells, deadline, describe, measure):
+    """One row per cell: `describe(cell)` gives the row's labels and the case, `measure(cell,
+    case)` the timed fields. A cell that runs out of GPU memory is recorded as such and the
+    sweep goes on; past the deadline no new cell starts, so a cut sweep still writes its rows."""
     rows = []
-    cells = [(s, b, c) for s in SPLIT_SHAPES for b in SPLIT_BATCHES for c in SPLIT_CTX]
-    cells += [(MLA, b, c) for b in MLA_BATCHES for c in SPLIT_CTX]
-    if quick:
-        cells = cells[::7]
-    for shape, bsz, ctx in cells:
+    for cell in cells:
         if time.time() > deadline:
             print(f"deadline reached: {len(rows)} of {len(cells)} cells measured", flush=True)
             break
-        case = _case(shape, [ctx] * bsz)
-        row = {"shape": "/".join(map(str, shape)), "batch": bsz, "ctx": ctx}
-        mla = len(shape) == 4
-        row["floor_us"] = timing.kv_floor_us(bsz, ctx, shape[1], shape[2], 2, tbs, v_head_dim=0 if mla else None)
+        row, case = describe(cell)
         try:
-            batch = shared_batch(case)
-            ad_us, ad_out = time_on_batch("adaptive_split", batch, reps)
-            fx_us, fx_out = time_on_batch("fixed_split", batch, reps)
-            sd_launch, sd_out = _sdpa_dense(case, batch)
-            sd_us = timing.graph_median_us(sd_launch, "cuda", reps=reps)
-            sd_launch()
-            torch.cuda.synchronize()
-            row.update(adaptive_us=ad_us, fixed_us=fx_us, sdpa_us=sd_us,
-                       cos_adaptive=cosine(ad_out, sd_out[:, :, 0]), cos_fixed=cosine(fx_out, sd_out[:, :, 0]))
-            del sd_out, sd_launch, batch
+            row.update(measure(cell, case))
         except torch.cuda.OutOfMemoryError as e:
             row["error"] = f"OOM: {e}"[:200]
         rows.append(row)
         print(json.dumps(row), flush=True)
         torch.cuda.empty_cache()
     return rows
+
+
+def split_sweep(reps, tbs, quick=False, deadline=float("inf")):
+    cells = [(s, b, c) for s in SPLIT_SHAPES for b in SPLIT_BATCHES for c in SPLIT_CTX]
+    cells += [(MLA, b, c) for b in MLA_BATCHES for c in SPLIT_CTX]
+    if quick:
+        cells = cells[::7]
+
+    def describe(cell):
+        shape, bsz, ctx = cell
+        mla = len(shape) == 4
+        floor = timing.kv_floor_us(bsz, ctx, shape[1], shape[2], 2, tbs, v_head_dim=0 if mla else None)
+        return ({"shape": "/".join(map(str, shape)), "batch": bsz, "ctx": ctx, "floor_us": floor},
+                _case(shape, [ctx] * bsz))
+
+    def measure(cell, case):
+        batch = shared_batch(case)
+        ad_us, ad_out = time_on_batch("adaptive_split", batch, reps)
+        fx_us, fx_out = time_on_batch("fixed_split", batch, reps)
+        sd_launch, sd_out = _sdpa_dense(case, batch)
+        sd_us = timing.graph_median_us(sd_launch, "cuda", reps=reps)
+        sd_launch()
+        torch.cuda.synchronize()
+        return dict(adaptive_us=ad_us, fixed_us=fx_us, sdpa_us=sd_us,
+                    cos_adaptive=cosine(ad_out, sd_out[:, :, 0]), cos_fixed=cosine(fx_out, sd_out[:, :, 0]))
+    return _measure_cells(cells, deadline, describe, measure)
 
 
 def _ragged_lens(bsz, ctx, ratio, seed):
@@ -132,33 +145,25 @@ def _ragged_lens(bsz, ctx, ratio, seed):
 
 
 def lean_sweep(reps, tbs, quick=False, deadline=float("inf")):
-    rows = []
     shapes = LEAN_SHAPES + [MLA]
     cells = [(s, b, c, r) for s in shapes for b in LEAN_BATCHES for c in LEAN_CTX for r in LEAN_RATIOS]
     # the target cells (ragged, batch >= 16) first, so a deadline cuts the least important
     cells.sort(key=lambda x: (not (x[1] >= 16 and x[3] < 1.0), x[0] == MLA))
     if quick:
         cells = cells[::9]
-    for shape, bsz, ctx, ratio in cells:
-        if time.time() > deadline:
-            print(f"deadline reached: {len(rows)} of {len(cells)} cells measured", flush=True)
-            break
+
+    def describe(cell):
+        shape, bsz, ctx, ratio = cell
         lens = _ragged_lens(bsz, ctx, ratio, seed=1000 * bsz + ctx % 997 + int(ratio * 10))
-        case = _case(shape, lens)
-        row = {"shape": "/".join(map(str, shape)), "batch": bsz, "ctx": ctx, "ratio": ratio,
-               "mean_len": sum(lens) / len(lens), "max_len": max(lens)}
-        try:
-            batch = shared_batch(case)
-            ln_us, ln_out = time_on_batch("lean", batch, reps)
-            ad_us, ad_out = time_on_batch("adaptive_split", batch, reps)
-            row.update(lean_us=ln_us, adaptive_us=ad_us, speedup=ad_us / ln_us, cos=cosine(ln_out, ad_out))
-            del batch
-        except torch.cuda.OutOfMemoryError as e:
-            row["error"] = f"OOM: {e}"[:200]
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        torch.cuda.empty_cache()
-    return rows
+        return ({"shape": "/".join(map(str, shape)), "batch": bsz, "ctx": ctx, "ratio": ratio,
+                 "mean_len": sum(lens) / len(lens), "max_len": max(lens)}, _case(shape, lens))
+
+    def measure(cell, case):
+        batch = shared_batch(case)
+        ln_us, ln_out = time_on_batch("lean", batch, reps)
+        ad_us, ad_out = time_on_batch("adaptive_split", batch, reps)
+        return dict(lean_us=ln_us, adaptive_us=ad_us, speedup=ad_us / ln_us, cos=cosine(ln_out, ad_out))
+    return _measure_cells(cells, deadline, describe, measure)
 
 
 def _md_split(rows, meta):

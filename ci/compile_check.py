@@ -99,17 +99,18 @@ class Target:
         return self.gpu.backend == "hip"
 
 
-# Names are rows of fixtures/gpu_classes.toml. sm_86 and sm_89 are not targets of their own:
-# their code paths are sm_80's (sm_86) and sm_120's (sm_89: fp8 mma.sync), and their 99 KB
-# shared-memory limit is sm_120's.
-TARGETS = {
-    "sm_80": Target(GPUTarget("cuda", 80, 32), 166912),  # A100: 163 KB per block
-    "sm_90": Target(GPUTarget("cuda", 90, 32), 232448),  # H100 / H200: 227 KB
-    "sm_100": Target(GPUTarget("cuda", 100, 32), 232448),  # B200 / GB200: 227 KB, as Hopper
-    "sm_120": Target(GPUTarget("cuda", 120, 32), 101376),  # RTX 50xx / PRO 6000: 99 KB
-    "gfx942": Target(GPUTarget("hip", "gfx942", 64), 65536),  # MI300X / MI325X: 64 KB LDS
-    "gfx950": Target(GPUTarget("hip", "gfx950", 64), 163840),  # MI350X / MI355X: 160 KB LDS
-}
+BACKENDS = {"nvidia": "cuda", "amd": "hip"}
+
+
+def _targets() -> dict:
+    """The classes of fixtures/gpu_classes.toml that name a compile_arch, in the table's order:
+    one table of GPU classes for detection, sharding and compiling."""
+    from decode_conformance import hardware
+    return {c.name: Target(GPUTarget(BACKENDS[c.vendor], c.compile_arch, c.warp_size), c.shared_memory_bytes)
+            for c in hardware.known_classes(str(CLASSES_FILE)).values() if c.compile_arch is not None}
+
+
+TARGETS = _targets()
 
 
 def gpu_classes() -> dict:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from . import regressions
-from .cases import KEYS_MATTER, Case
+from .cases import KEYS_MATTER, Case, window_for
 from .kernel_api import Capabilities
 from .pairwise import Constraint, CoveringProblem
 
@@ -83,12 +83,9 @@ MLA_SHAPES = {"mla576": (576, 512), "mla288": (288, 256)}
 
 
 # ---- profile sizing ---------------------------------------------------------------------------
-# The split rules of the shipped kernels, for window_keys and the split-edge lengths. split_rule
-# is pure python and imported; fixed_split.py and lean.py define Triton kernels, so their
-# constants are mirrored here (suites/selftest/test_pairwise.py holds them equal).
-FIXED_SPLIT_ALIGN = 32  # fixed_split.SPLIT_ALIGN: splits are multiples of 32 keys
-FIXED_DEFAULT_SPLITS = 8  # fixed_split.DEFAULT_SPLITS
-LEAN_BLOCK_N = {"interpreter": 64, "gpu": 128}  # lean.launch_defaults: key tile on cpu / NVIDIA (Dk <= 128)
+# The split rules of the shipped kernels, for window_keys and the split-edge lengths, read from
+# the kernels' pure-python modules (split_rule, launch_constants): importing a Triton kernel
+# module here would run before the interpreter is switched on.
 EDGE_AT_LEAST = {"interpreter": 256, "gpu": 32768}
 
 
@@ -96,7 +93,22 @@ EDGE_AT_LEAST = {"interpreter": 256, "gpu": 32768}
 def split_unit(profile: str) -> int:
     """U: every shipped kernel's split or key-tile boundaries fall on multiples of it."""
     from decode_conformance_kernels import split_rule
-    return math.lcm(FIXED_SPLIT_ALIGN, split_rule.KEY_BLOCK, LEAN_BLOCK_N[profile])
+    return math.lcm(_fixed_split()[1], split_rule.KEY_BLOCK, lean_block_n(profile))
+
+
+def _fixed_split() -> tuple[int, int]:
+    """(default splits, split alignment) of the fixed-split kernel."""
+    from decode_conformance_kernels import launch_constants as kc
+    return kc.FIXED_DEFAULT_SPLITS, kc.FIXED_SPLIT_ALIGN
+
+
+def lean_block_n(profile: str) -> int:
+    """Lean's key tile in a profile: the interpreter's, or NVIDIA's for head dims <= 128 (the
+    generator's GQA shapes; ROCm's smaller tile divides it)."""
+    from decode_conformance_kernels import launch_constants as kc
+    if profile == "interpreter":
+        return kc.LEAN_CPU_BLOCK_N
+    return kc.LEAN_GPU_CONFIGS[kc.config_class(128, mla=False)][0][0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -104,7 +116,8 @@ def split_edge(profile: str) -> int:
     """A length at which every shipped rule's splits end exactly: fixed split's 8 x 32-aligned
     splits, adaptive's MIN_CHUNK chunks of KEY_BLOCK blocks, Lean's key tiles."""
     from decode_conformance_kernels import split_rule
-    step = math.lcm(split_unit(profile), FIXED_SPLIT_ALIGN * FIXED_DEFAULT_SPLITS, 2 * split_rule.MIN_CHUNK)
+    splits, align = _fixed_split()
+    step = math.lcm(split_unit(profile), align * splits, 2 * split_rule.MIN_CHUNK)
     return -(-EDGE_AT_LEAST[profile] // step) * step
 
 
@@ -213,12 +226,6 @@ def _shape(regime: str, page: int, window: str, wstart: str, wkeys: str, profile
     return lengths, vis
 
 
-def _window_value(vis: Optional[int], convention: str) -> Optional[int]:
-    if vis is None:
-        return None
-    return vis if convention == "counts-current" else vis - 1
-
-
 def seeded(case: Case) -> Case:
     """Give a case a seed derived from its other fields: stable across runs and workers."""
     return case.replace(seed=zlib.crc32(case.replace(seed=0).id.encode()) & 0x7FFFFFFF)
@@ -245,7 +252,7 @@ def _unseeded(recipe: dict, profile: str) -> Optional[Case]:
         return None
     lengths, vis = shape
     fields["seq_lens"] = tuple(lengths)
-    fields["window"] = _window_value(vis, recipe["window"])
+    fields["window"] = window_for(vis, recipe["window"])
     try:
         case = Case(**fields)
     except ValueError:

@@ -64,6 +64,30 @@ LIFT_STORED_K = 16.0
 WINDOW_CONVENTIONS = ("counts-current", "excludes-current")
 
 
+def _check_convention(convention: str) -> None:
+    if convention not in WINDOW_CONVENTIONS:
+        raise ValueError(f"window convention: expected one of {WINDOW_CONVENTIONS}, got {convention!r}")
+
+
+def visible_keys_of(window: Optional[int], convention: str) -> Optional[int]:
+    """Keys a query sees under a window of `window` keys in `convention`, the current token
+    included; None (no window) = all. The one conversion every caller uses: cases, the case
+    generators and the dispatcher's gate must agree on it to the key."""
+    if window is None:
+        return None
+    _check_convention(convention)
+    return window if convention == "counts-current" else window + 1
+
+
+def window_for(visible: Optional[int], convention: str) -> Optional[int]:
+    """The window in `convention` under which a query sees `visible` keys (the inverse of
+    visible_keys_of)."""
+    if visible is None:
+        return None
+    _check_convention(convention)
+    return visible if convention == "counts-current" else visible - 1
+
+
 def _fail(field_name: str, expected: str, got) -> ValueError:
     return ValueError(f"Case.{field_name}: expected {expected}, got {got!r}")
 
@@ -211,18 +235,12 @@ class Case:
     @property
     def visible_keys(self) -> Optional[int]:
         """Keys a query sees under the window, current token included; None = all."""
-        if self.window is None:
-            return None
-        return self.window if self.window_convention == "counts-current" else self.window + 1
+        return visible_keys_of(self.window, self.window_convention)
 
     def window_in(self, convention: str) -> Optional[int]:
         """This case's window expressed in a kernel's declared convention."""
-        if convention not in WINDOW_CONVENTIONS:
-            raise ValueError(f"window convention: expected one of {WINDOW_CONVENTIONS}, got {convention!r}")
-        vis = self.visible_keys
-        if vis is None:
-            return None
-        return vis if convention == "counts-current" else vis - 1
+        _check_convention(convention)
+        return window_for(self.visible_keys, convention)
 
     @property
     def max_len(self) -> int:

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .cases import DATA_KINDS, Case
+from .cases import DATA_KINDS, Case, window_for
 
 DEFAULT_EXAMPLES = 100
 DEFAULT_SEED = 0
@@ -101,7 +101,7 @@ def case_strategy(caps, profile: str = "interpreter", device_type: str = "cpu", 
                                        longest - page + 1, longest - page - 1, *marks) if v >= 1})
             visible = draw(st.one_of(st.sampled_from(near), st.integers(1, max_len + 8)))
             convention = draw(st.sampled_from(("counts-current", "excludes-current")))
-            window = visible if convention == "counts-current" else visible - 1
+            window = window_for(visible, convention)
             if window < 1:
                 window, convention = 1, "counts-current"
         softcap = draw(st.one_of(st.none(), st.sampled_from(SOFTCAPS))) if caps.softcap else None

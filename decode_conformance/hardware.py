@@ -1,7 +1,8 @@
 """GPU class, compute-unit count and memory of the device under test.
 
 How to add a GPU class: add a row to `fixtures/gpu_classes.toml` (its detection key, memory,
-whether it has fp8 tensor cores) and, if the detection rule is new, one line in
+whether it has fp8 tensor cores; to compile for it in ci/compile_check.py, its compile_arch,
+warp size and shared-memory limit) and, if the detection rule is new, one line in
 `classify()`. Everything class-specific (baselines, ledgers, gate calibration) is keyed by
 the class name.
 """
@@ -11,7 +12,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional
+from typing import Optional, Union
 
 CLASSES_FILE = "gpu_classes.toml"  # in the shipped data (decode_conformance.fixtures)
 CPU_CLASS = "cpu"
@@ -24,6 +25,10 @@ class GpuClass:
     memory_gb: float
     fp8_tensor_cores: bool
     description: str
+    # Compile-target facts (ci/compile_check.py): None on classes that are not compiled for.
+    compile_arch: Optional[Union[int, str]] = None  # CUDA compute capability as 90, or the gfx name
+    warp_size: Optional[int] = None
+    shared_memory_bytes: Optional[int] = None  # one program's shared memory (LDS) limit
 
 
 @lru_cache(maxsize=None)
@@ -38,8 +43,15 @@ def known_classes(path: Optional[str] = None) -> dict[str, GpuClass]:
         for key in ("vendor", "memory_gb", "fp8_tensor_cores", "description"):
             if key not in row:
                 raise ValueError(f"{path}: class {name!r} lacks field {key!r}")
+        if "compile_arch" in row:
+            for key in ("warp_size", "shared_memory_bytes"):
+                if not isinstance(row.get(key), int) or row[key] < 1:
+                    raise ValueError(f"{path}: class {name!r} has a compile_arch, so field {key!r} must be a "
+                                     f"positive int, got {row.get(key)!r}")
         out[name] = GpuClass(name=name, vendor=row["vendor"], memory_gb=float(row["memory_gb"]),
-                             fp8_tensor_cores=bool(row["fp8_tensor_cores"]), description=row["description"])
+                             fp8_tensor_cores=bool(row["fp8_tensor_cores"]), description=row["description"],
+                             compile_arch=row.get("compile_arch"), warp_size=row.get("warp_size"),
+                             shared_memory_bytes=row.get("shared_memory_bytes"))
     return out
 
 

@@ -1,5 +1,5 @@
 """Adaptive split-K decode attention: chunk count from the request length and the SM count
-(the seed design; the rule itself is in `split_rule`).
+(the split-K rule of FlashML PR #729; the rule itself is in `split_rule`).
 
 Stage 1, grid (B, KV-head tiles, chunks): the host sizes the chunk axis for the most chunks
 any request can take (`split_rule.grid_splits`, the chunk budget, or fewer when it knows a
@@ -29,11 +29,11 @@ import torch
 import triton
 import triton.language as tl
 
-from decode_conformance.kernel_api import Capabilities
 from decode_conformance.reference import FP8_Q_AND_P
 
 from . import kv_layout, split_rule
 from . import triton_common as tc
+from .split_k_adapter import SPLIT_K_CAPS, plan_launch
 
 
 @triton.jit
@@ -284,10 +284,7 @@ def decode_attention_adaptive(
     if S < 1 or min_chunk < 1:
         raise ValueError(f"splits={splits} and min_chunk={min_chunk} must be >= 1")
     ctx = tc.split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages)
-    tiling, dims = ctx.tiling, ctx.dims
-    kpage, (kp, kt, kh, kd), (vp, vt, vh, vd) = ctx.page_size, ctx.k_strides, ctx.v_strides
-    k_arg, v_arg, e4m3_bits, share_kv = ctx.k_arg, ctx.v_arg, ctx.e4m3_bits, ctx.share_kv
-    block_n, cfg = ctx.block_n, ctx.cfg
+    tiling, dims, block_n = ctx.tiling, ctx.dims, ctx.block_n
     grid_chunks = chunk_axis(q, k_cache, v_cache, S, max_visible, min_chunk, block_n)
     partials, partial_lse = tc.split_k_scratch(q, partials, partial_lse, workspace_shapes(B, Hq, Dv, grid_chunks))
     merge = grid_chunks >= 2  # else every request is finished in stage 1
@@ -296,49 +293,24 @@ def decode_attention_adaptive(
     early = merge and pdl and trigger_early(B * tiling["kv_head_tiles"] * grid_chunks, B * Hq * slices,
                                             split_rule.launch_shape(Dk, Dv < Dk)[0] * split_rule.num_sms(q.device))
     visible = tc.visible_arg(window)
-    lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
-    sinks_t = sinks if sinks is not None else partial_lse
-    flags = (int(sinks is not None), int(lse is not None))  # has_sinks, store_lse: runtime, not constexprs
+    outputs = tc.output_args(out, lse, sinks, v_scale, partial_lse)
     _adaptive_stage1[(B, tiling["kv_head_tiles"], grid_chunks)](
-        q, q.stride(0), q.stride(1), q.stride(2),
-        k_arg, kp, kt, kh, kd,
-        v_arg, vp, vt, vh, vd,
-        kpage, kv_indptr, kv_indices,
-        partials, partials.stride(0), partials.stride(1), partials.stride(2),
-        partial_lse, partial_lse.stride(0), partial_lse.stride(1),
-        out, out.stride(0), out.stride(1), out.stride(2),
-        lse_t, lse_t.stride(0), lse_t.stride(1),
-        sinks_t, float(v_scale), *flags,
-        tiling["group"], tiling["heads_per_tile"], tiling["tiles_per_kv"],
-        float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, visible, S, occupancy, B, int(early),
-        BLOCK_H=tiling["BLOCK_H"], BLOCK_N=block_n, SOFTCAP=bool(softcap),
-        SHARE_KV=share_kv, E4M3_BITS=e4m3_bits,
-        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl),
-        **dims, **cfg)
+        *tc.cache_args(q, ctx, kv_indptr, kv_indices), *tc.partial_args(partials, partial_lse), *outputs,
+        *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, int(early),
+        **tc.stage1_constexprs(ctx, softcap),
+        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl))
     if not merge:
         return
     slice_dv = dims["BLOCK_DV"] // slices
     tile = tc.split_tile(grid_chunks, slice_dv)
     _adaptive_stage2[(B, Hq, slices)](
-        kv_indptr, visible, S, occupancy, B,
-        partials, partials.stride(0), partials.stride(1), partials.stride(2),
-        partial_lse, partial_lse.stride(0), partial_lse.stride(1),
-        out, out.stride(0), out.stride(1), out.stride(2),
-        lse_t, lse_t.stride(0), lse_t.stride(1),
-        sinks_t, float(v_scale), *flags,
+        kv_indptr, visible, S, occupancy, B, *tc.partial_args(partials, partial_lse), *outputs,
         DV=Dv, SPLIT_TILE=tile, SLICE_DV=slice_dv, SMALL_TILE=min(tile, tc.STAGE2_SMALL_TILE),
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, PDL=int(pdl),
         num_warps=4 if tile * slice_dv <= 4096 else 8, num_stages=1, **({"launch_pdl": True} if pdl else {}))
 
 
-CAPS = Capabilities(
-    kv_dtypes=frozenset({"bf16", "fp16", "e4m3", "e5m2"}),
-    layouts=frozenset({"contig", "paged"}),
-    page_sizes=None,
-    window_convention="counts-current",
-    mla=True, softcap=True, sinks=True, lse=True,
-    num_splits=True, cuda_graph_safe=True, deterministic=True,
-)
+CAPS = SPLIT_K_CAPS
 
 
 class AdaptiveSplitKernel:
@@ -366,20 +338,10 @@ class AdaptiveSplitKernel:
         # longest one's chunk count, and stage 2 is not launched when none can take two chunks.
         longest = max(kv_layout.visible_lengths(batch.seq_lens_host, batch.window), default=0)
         chunks = chunk_axis(batch.q, batch.k_cache, batch.v_cache, S, longest, self.min_chunk, self.block_n)
-        p_shape, l_shape = workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, chunks)
-        partials = batch.workspace.alloc("adaptive_split.partials", p_shape, torch.float32)
-        partial_lse = batch.workspace.alloc("adaptive_split.partial_lse", l_shape, torch.float32)
-        sinks = batch.sinks.to(device=batch.device, dtype=torch.float32).contiguous() if batch.sinks is not None else None
-        kw = dict(sm_scale=batch.sm_scale, lse=batch.lse, k_scale=batch.k_scale, v_scale=batch.v_scale,
-                  softcap=batch.softcap, sinks=sinks, window=batch.window, splits=S, occupancy=occ,
-                  min_chunk=self.min_chunk, partials=partials, partial_lse=partial_lse, block_n=self.block_n,
-                  fp8_mma=self.fp8_mma, max_visible=longest)
-        args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
-
-        def launch():
-            decode_attention_adaptive(*args, **kw)
-
-        return launch
+        shapes = workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, chunks)
+        return plan_launch(batch, "adaptive_split", shapes, decode_attention_adaptive, splits=S, occupancy=occ,
+                           min_chunk=self.min_chunk, block_n=self.block_n, fp8_mma=self.fp8_mma,
+                           max_visible=longest)
 
 
 class AdaptiveSplitFp8MmaKernel(AdaptiveSplitKernel):

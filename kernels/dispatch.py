@@ -1,5 +1,5 @@
 """Decode-attention dispatcher: the Lean persistent kernel where its gate says it wins,
-adaptive split-K everywhere else (after the seed's forward_decode resolution).
+adaptive split-K everywhere else (after the forward_decode resolution of sglang PR #33576).
 
 Order of the decision (`choose_path`), first match wins:
 1. A feature Lean does not implement (soft-cap, attention sinks, a forced split count)
@@ -20,6 +20,7 @@ from typing import Callable, Mapping, Optional
 
 import torch
 
+from decode_conformance.cases import visible_keys_of
 from decode_conformance.kernel_api import Capabilities
 
 from . import kv_layout, lean_gate
@@ -177,8 +178,7 @@ class DispatchKernel:
         self.caps = _union_caps(self.split.caps, self.lean.caps)
 
     def path_for(self, batch) -> str:
-        visible = batch.window if self.caps.window_convention == "counts-current" else (
-            None if batch.window is None else batch.window + 1)
+        visible = visible_keys_of(batch.window, self.caps.window_convention)
         return choose_path(
             batch=batch.batch_size, num_q_heads=batch.num_q_heads, kv_group=batch.group,
             **_gate_lengths(batch.seq_lens_host, visible), is_mla=batch.v_from_k,

@@ -17,12 +17,10 @@ import torch
 import triton
 import triton.language as tl
 
-from decode_conformance.kernel_api import Capabilities
-
+from . import kv_layout
 from . import triton_common as tc
-
-DEFAULT_SPLITS = 8
-SPLIT_ALIGN = 32  # sglang: split lengths are multiples of 32 keys
+from .launch_constants import FIXED_DEFAULT_SPLITS as DEFAULT_SPLITS, FIXED_SPLIT_ALIGN as SPLIT_ALIGN
+from .split_k_adapter import SPLIT_K_CAPS, plan_launch
 
 
 @triton.jit
@@ -135,46 +133,20 @@ def decode_attention_fixed(
         raise ValueError(f"num_splits: expected >= 1, got {num_splits}")
     partials, partial_lse = tc.split_k_scratch(q, partials, partial_lse, workspace_shapes(B, Hq, Dv, S))
     ctx = tc.split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages)
-    tiling, dims = ctx.tiling, ctx.dims
-    kpage, (kp, kt, kh, kd), (vp, vt, vh, vd) = ctx.page_size, ctx.k_strides, ctx.v_strides
-    k_arg, v_arg, e4m3_bits, share_kv = ctx.k_arg, ctx.v_arg, ctx.e4m3_bits, ctx.share_kv
-    block_n, cfg = ctx.block_n, ctx.cfg
     grid_splits = S if visible_lengths is None else max([1] + [non_empty_splits(n, S) for n in visible_lengths])
-    grid1 = (B, tiling["kv_head_tiles"], grid_splits)
-    _fixed_stage1[grid1](
-        q, q.stride(0), q.stride(1), q.stride(2),
-        k_arg, kp, kt, kh, kd,
-        v_arg, vp, vt, vh, vd,
-        kpage, kv_indptr, kv_indices,
-        partials, partials.stride(0), partials.stride(1), partials.stride(2),
-        partial_lse, partial_lse.stride(0), partial_lse.stride(1),
-        tiling["group"], tiling["heads_per_tile"], tiling["tiles_per_kv"],
-        float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0, tc.visible_arg(window), S,
-        BLOCK_H=tiling["BLOCK_H"], BLOCK_N=block_n, SOFTCAP=bool(softcap),
-        SHARE_KV=share_kv, E4M3_BITS=e4m3_bits, SPLIT_ALIGN=SPLIT_ALIGN, FP8_MMA=0,
-        **dims, **cfg)
-    tile = tc.split_tile(S, dims["BLOCK_DV"])
-    lse_t = lse if lse is not None else partial_lse  # dummy pointer when not stored
+    _fixed_stage1[(B, ctx.tiling["kv_head_tiles"], grid_splits)](
+        *tc.cache_args(q, ctx, kv_indptr, kv_indices), *tc.partial_args(partials, partial_lse),
+        *tc.tile_args(ctx, sm_scale, k_scale, softcap), tc.visible_arg(window), S,
+        **tc.stage1_constexprs(ctx, softcap), SPLIT_ALIGN=SPLIT_ALIGN, FP8_MMA=0)
+    tile = tc.split_tile(S, ctx.dims["BLOCK_DV"])
     _fixed_stage2[(B, Hq)](
         kv_indptr, tc.visible_arg(window), S,
-        partials, partials.stride(0), partials.stride(1), partials.stride(2),
-        partial_lse, partial_lse.stride(0), partial_lse.stride(1),
-        out, out.stride(0), out.stride(1), out.stride(2),
-        lse_t, lse_t.stride(0), lse_t.stride(1),
-        sinks if sinks is not None else partial_lse, float(v_scale),
-        int(sinks is not None), int(lse is not None),  # has_sinks, store_lse: runtime, not constexprs
-        DV=Dv, SPLIT_TILE=tile, BLOCK_DV=dims["BLOCK_DV"], SPLIT_ALIGN=SPLIT_ALIGN,
-        num_warps=4 if tile * dims["BLOCK_DV"] <= 4096 else 8, num_stages=1)
+        *tc.partial_args(partials, partial_lse), *tc.output_args(out, lse, sinks, v_scale, partial_lse),
+        DV=Dv, SPLIT_TILE=tile, BLOCK_DV=ctx.dims["BLOCK_DV"], SPLIT_ALIGN=SPLIT_ALIGN,
+        num_warps=4 if tile * ctx.dims["BLOCK_DV"] <= 4096 else 8, num_stages=1)
 
 
-CAPS = Capabilities(
-    kv_dtypes=frozenset({"bf16", "fp16", "e4m3", "e5m2"}),
-    layouts=frozenset({"contig", "paged"}),
-    page_sizes=None,
-    window_convention="counts-current",
-    mla=True, softcap=True, sinks=True, lse=True,
-    num_splits=True, cuda_graph_safe=True, deterministic=True,
-)
+CAPS = SPLIT_K_CAPS
 
 
 class FixedSplitKernel:
@@ -189,23 +161,12 @@ class FixedSplitKernel:
 
     def plan(self, batch):
         S = batch.num_splits or self.num_splits
-        B, Hq, Dv = batch.batch_size, batch.num_q_heads, batch.v_head_dim
-        p_shape, l_shape = workspace_shapes(B, Hq, Dv, S)
-        partials = batch.workspace.alloc("fixed_split.partials", p_shape, torch.float32)
-        partial_lse = batch.workspace.alloc("fixed_split.partial_lse", l_shape, torch.float32)
-        sinks = batch.sinks.to(device=batch.device, dtype=torch.float32).contiguous() if batch.sinks is not None else None
         # Under Triton's CPU interpreter programs run one after another and an empty one still
         # costs ~20 ms, so the split axis stops at the most non-empty splits of these requests.
         # On a GPU it stays S: a graph captured from this plan may replay longer requests.
         visible = None
         if batch.device.type == "cpu":
-            visible = [min(n, batch.window) if batch.window else n for n in batch.seq_lens_host]
-        kw = dict(sm_scale=batch.sm_scale, lse=batch.lse, k_scale=batch.k_scale, v_scale=batch.v_scale,
-                  softcap=batch.softcap, sinks=sinks, window=batch.window, num_splits=S,
-                  partials=partials, partial_lse=partial_lse, block_n=self.block_n, visible_lengths=visible)
-        args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
-
-        def launch():
-            decode_attention_fixed(*args, **kw)
-
-        return launch
+            visible = kv_layout.visible_lengths(batch.seq_lens_host, batch.window)
+        shapes = workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, S)
+        return plan_launch(batch, "fixed_split", shapes, decode_attention_fixed, num_splits=S,
+                           block_n=self.block_n, visible_lengths=visible)

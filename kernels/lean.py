@@ -1,6 +1,6 @@
 """Lean (work-centric, persistent) decode attention: one fixed grid, work split on device.
 
-After sglang #33576 ("[AMD] Add Work-Centric (Lean) Attention", the seed): a fixed number
+After sglang PR #33576 ("[AMD] Add Work-Centric (Lean) Attention"): a fixed number
 of programs (device SM/CU count x multiplier) walks one global list of key tiles; long
 requests are split across programs, short ones finish inside one program. The schedule is
 derived on the device from ``kv_indptr`` (a one-program pre-pass writes per-request tile
@@ -44,11 +44,11 @@ from decode_conformance.kernel_api import Capabilities
 
 from . import kv_layout
 from . import triton_common as tc
+from .launch_constants import LEAN_BLOCK_H as BLOCK_H, LEAN_CPU_BLOCK_N, LEAN_GPU_CONFIGS, config_class
 
 GRID_MULT_ENV = "DECODE_CONFORMANCE_LEAN_GRID_MULT"
 BLOCK_N_ENV = "DECODE_CONFORMANCE_LEAN_BLOCK_N"
 CPU_PROGRAMS = 8  # small, so CPU tests split requests across programs
-BLOCK_H = 16  # default most query heads per tile (tl.dot needs M >= 16); a tile never straddles KV heads
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453  # (the kernel inlines it)
 
@@ -266,7 +266,7 @@ def _is_hip() -> bool:
 
 def default_grid_mult(device) -> float:
     """Programs per SM/CU when neither DECODE_CONFORMANCE_LEAN_GRID_MULT nor the launch
-    configuration (`launch_defaults`) says. ROCm: 1.0 (the seed: one CTA per CU beat 2x on
+    configuration (`launch_defaults`) says. ROCm: 1.0 (sglang PR #33576: one CTA per CU beat 2x on
     MI300X and MI355X). NVIDIA: 2.0, from an H200 run (triton 3.6, CUDA-graph replay, 1x / 2x /
     4x SMs): 2x was fastest at 9 of 10 shapes, e.g. B1 x 128K GQA 32/8: 213 / 155 / 210 us,
     B32 x 8K: 405 / 279 / 287 us, MLA B16 x 16K: 168 / 131 / 177 us; the exception, B2 x 64K
@@ -290,39 +290,6 @@ def num_programs(device, per_sm: Optional[float] = None) -> int:
     return max(1, int(round(units * mult)))
 
 
-# NVIDIA launch configurations, in order of preference: (BLOCK_N, num_warps, num_stages, programs
-# per SM, most query heads per tile, shared memory a bf16 cache takes on sm_90). The first whose
-# shared memory fits the device's per-program limit is used. Why these (H200, triton 3.6,
-# docs/gpu-runs/2026-12-01-h200/probe6 and probe7): compiled for sm_90, num_stages 2-4 keep one
-# K and one V buffer and wait for every copy at the top of each key step (the slot-id load that
-# feeds the K/V addresses takes a pipeline stage), so a step's loads never overlap its math;
-# 5-6 stages give two buffers and a real prefetch. That is worth having where one program per
-# SM is all the shared memory allows:
-# - Dk <= 128: 128 keys, 4 warps, 2 stages, 2 per SM stays: double-buffered configs were within
-#   2 % on the ragged batches (32/8/128 b16-32, 28/4/128) and slower at batch 1 (1 x 1k 18.1 /
-#   24.2 us against 15.8).
-# - Dk <= 256: 64 keys, 8 warps, 6 stages, 1 per SM: 16/2/256 1 x 128k 106.8 us (2 stages: 167.6),
-#   1 x 32k 58.4 (97.3), 4 x 32k 92.7 (123.2), 32 x 4k 89.4 (115.5), b16 ragged 16k 120.1 (157.9).
-# - MLA (V inside K, 512 + 64): 64 keys, 8 warps, 5 stages, 1 per SM, 32 heads per tile (each
-#   tile reads the latent cache once: 4 reads for 128 heads instead of 8): 8 x 16k 300.9 us (was
-#   373.3), 8 x 64k 1073 (1370), b32 ragged 853 (987), b16 ragged r=0.1 313 (323), 1 x 16k 89.1
-#   (90.0); 32 x 4k 294.6 (277.4) the one cell it lost. 64 heads per tile spill (Lean's combine
-#   holds three [rows, Dv] fp32 tiles): 368+ bytes per thread at 8 or 16 warps.
-LEAN_GPU_CONFIGS = {
-    "small": ((128, 4, 2, 2, 16, 74240),),
-    "medium": ((64, 8, 6, 1, 16, 141824), (64, 4, 2, 2, 16, 75776)),
-    "mla": ((64, 8, 5, 1, 32, 189440), (64, 4, 2, 2, 16, 94208)),
-    "large": ((64, 4, 2, 2, 16, 0),),  # Dk > 256 with its own V: the seed's tile, not re-measured
-}
-
-
-def config_class(block_d1: int, mla: bool) -> str:
-    """The LEAN_GPU_CONFIGS row of a key width (the padded first part of K) and attention kind."""
-    if mla and block_d1 <= 512:
-        return "mla"
-    return "small" if block_d1 <= 128 else "medium" if block_d1 <= 256 else "large"
-
-
 def launch_defaults(device, block_d1: int, mla: bool = False, max_smem: Optional[int] = None) -> dict:
     """block_n / num_warps / num_stages / head_rows / programs_per_sm. NVIDIA: the first of the
     class's LEAN_GPU_CONFIGS whose shared memory fits `max_smem` (default: the device's). ROCm:
@@ -332,7 +299,7 @@ def launch_defaults(device, block_d1: int, mla: bool = False, max_smem: Optional
     env = os.environ.get(BLOCK_N_ENV)
     device = torch.device(device)
     if device.type != "cuda":
-        cfg = dict(block_n=64, num_warps=4, num_stages=2, head_rows=BLOCK_H, programs_per_sm=None)
+        cfg = dict(block_n=LEAN_CPU_BLOCK_N, num_warps=4, num_stages=2, head_rows=BLOCK_H, programs_per_sm=None)
     elif _is_hip():
         cfg = dict(block_n=64 if block_d1 <= 128 else 32, num_warps=4 if block_d1 <= 128 else 8, num_stages=2,
                    head_rows=BLOCK_H, programs_per_sm=None)

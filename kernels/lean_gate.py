@@ -1,9 +1,9 @@
-"""When to run the Lean decode kernel: the seed's auto-gate, as pure functions over a
-calibration table (no torch, no Triton: importable and testable anywhere).
+"""When to run the Lean decode kernel: the auto-gate of the persistent Lean kernel, as pure
+functions over a calibration table (no torch, no Triton: importable and testable anywhere).
 
-Two decisions, after sglang #33576 (seed 001):
+Two decisions, after sglang PR #33576 ("[AMD] Add Work-Centric (Lean) Attention"):
 - `eager_gate`: eager decode, where the real lengths are known on the host. A length
-  threshold keyed on the split-K kernel's head tiles (``ceil(Hq / min(16, group))``),
+  threshold keyed on query-head parallelism, `head_tiles` (``ceil(Hq / min(16, group))``),
   relaxed (never tightened) as the batch grows; MLA is gated on batch. Unknown lengths
   (``seq_lens_sum is None``: a speculative draft step without a CPU length mirror) -> off.
 - `capture_policy`: CUDA-graph capture, where lengths are still the capture fill value;
@@ -25,7 +25,13 @@ from typing import Mapping, Optional, Union
 CALIBRATION_FILE = ("gates", "lean_calibration.toml")  # in the shipped data (decode_conformance.fixtures)
 CALIBRATION_ENV = "DECODE_CONFORMANCE_LEAN_CALIBRATION"  # path override: a serving stack's own table
 DEFAULT_CLASS = "default"
-MAX_HEADS_PER_TILE = 16
+# The gate measures query-head parallelism in tiles of at most 16 heads: the unit sglang's gate
+# and its standard decode kernel count in, and the one every threshold in the calibration table
+# is expressed in. Our split-K kernels tile up to 64 heads of a group (triton_common
+# MAX_HEADS_PER_TILE), so for groups over 16 they launch fewer head tiles than the gate counts;
+# for groups of 16 or fewer (every shape the table was measured on) the two counts are equal.
+# suites/gates/test_lean_gate.py pins both facts.
+GATE_HEADS_PER_TILE = 16
 
 __all__ = [
     "Tier", "GateRow", "head_tiles", "load_table", "row_for", "eager_threshold", "eager_gate", "capture_policy",
@@ -153,10 +159,12 @@ def row_for(gpu_class: Optional[str], table: TableLike = None) -> GateRow:
 
 
 def head_tiles(num_q_heads: int, kv_group: int) -> int:
-    """Head-tile programs of the split-K kernel per (request, split): ceil(Hq / min(16, group))."""
+    """The gate's query-head parallelism: ceil(Hq / min(16, group)) head tiles per (request,
+    split). Equal to the split-K kernels' head tiles when group <= 16, larger above (see
+    GATE_HEADS_PER_TILE)."""
     if num_q_heads < 1:
         raise ValueError(f"num_q_heads must be >= 1, got {num_q_heads}")
-    block_h = min(MAX_HEADS_PER_TILE, max(1, int(kv_group)))
+    block_h = min(GATE_HEADS_PER_TILE, max(1, int(kv_group)))
     return -(-int(num_q_heads) // block_h)
 
 

@@ -1,13 +1,14 @@
 """The adaptive split-K chunk rule (pure python: no torch/triton import at module level).
 
-From the seed design (sglang-style two-stage decode, "split triton decode attention by context
-length and sm count"): a request's keys are cut into chunks that run in parallel; the chunk
+The split-K rule: chunks sized by length and SM count, after FlashML PR #729 ("perf(kernel):
+split triton decode attention by context length and sm count", a sglang-style two-stage
+decode): a request's keys are cut into chunks that run in parallel; the chunk
 count is the smaller of
   - a length-based count: chunks of at least MIN_CHUNK keys, and
   - an occupancy count: about `programs_per_sm` programs per SM over batch x KV-head tiles,
     capped at the split cap (both from `launch_shape`), raised to fill whole waves when one
     wave would be left part empty (`occupancy_splits`);
-and every chunk is a whole number of key blocks. The seed's worked example: on a 132-SM H100,
+and every chunk is a whole number of key blocks. The PR's worked example: on a 132-SM H100,
 Qwen3.6's full-attention shape 16/2/256 (2 KV-head tiles) at batch 1, a 32k request takes
 64 chunks of 512 keys (occupancy 2*132 // 2 = 132, capped at 64; 32768 // 128 = 256 by length).
 The constants below are the H200's (`launch_shape`): the same shape takes 128 chunks of 256.
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import os
 
-# The seed says "about 2 programs per SM, at most 64 splits" (its RTX follow-up found 32 enough
+# FlashML PR #729 says "about 2 programs per SM, at most 64 splits" (its RTX follow-up found 32 enough
 # on consumer cards). On an H200 (docs/gpu-runs/2026-12-01-h200/) the best count is the number
 # of stage-1 programs an SM holds at once, so a uniform batch runs in one full wave:
 # - 4-warp programs (head dims up to 128): 96 registers x 128 threads and 39 KB of shared
@@ -72,8 +73,8 @@ MLA_MAX_SPLITS = 64
 # 0.9 from the same cells: time tracked the fill - at 32 x 16k counts filling 93-97 % ran
 # 522-531 us, 89 % 542, 78 % 545-561, 58 % 667 - and >= 90 % kept the counts within 2 % of the best.
 WAVE_FILL = 0.9
-# Smallest chunk the length-based count makes (keys). Any value <= 512 reproduces the seed's
-# example; the seed also reports 1k contexts within 1.5% of the fixed 8-split kernel, whose
+# Smallest chunk the length-based count makes (keys). Any value <= 512 reproduces the PR's
+# example; the PR also reports 1k contexts within 1.5% of the fixed 8-split kernel, whose
 # splits there are 128 keys. 128 it is: on an H200 (16/2/256, 1 x 1k) 128-key chunks ran in
 # 15 us against 20 us with 256-key chunks.
 MIN_CHUNK = 128

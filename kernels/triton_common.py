@@ -38,9 +38,9 @@ MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score t
 # H200 but made the split-K kernels 10-69 % slower on every cell of the kernel table there
 # (triton 3.6; docs/gpu-runs/2026-12-01-h200/close8), so only Lean, whose speed did not move,
 # leaves its batch and window unspecialized.
-STAGE2_TILE_ELEMS = 8192  # the seed: a stage-2 tile holds at most 8192 fp32 elements
+STAGE2_TILE_ELEMS = 8192  # FlashML PR #729: a stage-2 tile holds at most 8192 fp32 elements
 # ... and at most 128 partials: a batch of one merges its 82-128 partials in one round of loads
-# when its columns are sliced to <= 64 (the seed's 64 took two dependent rounds). H200
+# when its columns are sliced to <= 64 (the PR's 64 took two dependent rounds). H200
 # (docs/gpu-runs/2026-12-01-h200/probe8, A/B/A/B on one batch): 32/8/128 1 x 128k 142.4 us
 # against 143.6, 1 x 32k 52.8 against 53.8, 16/2/256 1 x 128k 84.0 against 85.0, 1 x 32k 35.5
 # against 36.4; stage 2 alone 2.2 us instead of 3.5 at 1 x 128k.
@@ -425,8 +425,8 @@ def fp8_mma_code(cache, requested: bool) -> int:
 
 # Programmatic dependent launch (PDL) of stage 2 on NVIDIA sm_90+: stage 2's programs are
 # placed on the SMs while stage 1's last programs run and wait there (griddepcontrol), so the
-# launch gap between the two kernels is not on the critical path. Probes turn it off here to
-# compare (benchmarks/adaptive_probe.py, round 8).
+# launch gap between the two kernels is not on the critical path. A measurement turns it off
+# here to compare (the on / off record: docs/gpu-runs/2026-12-01-h200/probe9).
 USE_PDL = True
 
 
@@ -567,6 +567,47 @@ def split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages):
         tiling=head_tiling(Hq, Hkv), dims=dims, page_size=page_size,
         k_strides=k_strides, v_strides=v_strides, share_kv=share_kv, k_arg=k_arg, v_arg=v_arg,
         e4m3_bits=e4m3_bits, block_n=block_n or default_block_n, cfg=cfg)
+
+
+# Launch-argument groups, in the order the split-K kernels' signatures take them: one place for
+# the long pointer-and-stride lists, so the two kernels' launches cannot disagree on them.
+def cache_args(q, ctx, kv_indptr, kv_indices) -> tuple:
+    """q, K and V (operand form from `split_k_setup`) with their strides, the page size and the
+    request / slot indices."""
+    (kp, kt, kh, kd), (vp, vt, vh, vd) = ctx.k_strides, ctx.v_strides
+    return (q, q.stride(0), q.stride(1), q.stride(2),
+            ctx.k_arg, kp, kt, kh, kd,
+            ctx.v_arg, vp, vt, vh, vd,
+            ctx.page_size, kv_indptr, kv_indices)
+
+
+def partial_args(partials, partial_lse) -> tuple:
+    return (partials, partials.stride(0), partials.stride(1), partials.stride(2),
+            partial_lse, partial_lse.stride(0), partial_lse.stride(1))
+
+
+def output_args(out, lse, sinks, v_scale, partial_lse) -> tuple:
+    """out, lse and sinks with their strides, v_scale, and the has_sinks / store_lse flags
+    (runtime ints, not constexprs: one variant serves both); an absent lse or sinks is a
+    dummy pointer (partial_lse) behind a false flag."""
+    lse_t = lse if lse is not None else partial_lse
+    sinks_t = sinks if sinks is not None else partial_lse
+    return (out, out.stride(0), out.stride(1), out.stride(2),
+            lse_t, lse_t.stride(0), lse_t.stride(1),
+            sinks_t, float(v_scale), int(sinks is not None), int(lse is not None))
+
+
+def tile_args(ctx, sm_scale, k_scale, softcap) -> tuple:
+    """The head tiling and the score scale (k_scale folded in) and soft-cap."""
+    t = ctx.tiling
+    return (t["group"], t["heads_per_tile"], t["tiles_per_kv"],
+            float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0)
+
+
+def stage1_constexprs(ctx, softcap) -> dict:
+    """Stage 1's tile sizes, feature switches, head-dim split and launch config."""
+    return dict(BLOCK_H=ctx.tiling["BLOCK_H"], BLOCK_N=ctx.block_n, SOFTCAP=bool(softcap),
+                SHARE_KV=ctx.share_kv, E4M3_BITS=ctx.e4m3_bits, **ctx.dims, **ctx.cfg)
 
 
 def split_k_scratch(q, partials, partial_lse, shapes):

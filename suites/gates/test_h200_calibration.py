@@ -49,5 +49,5 @@ def test_gate_matches_measurement(capture, expected):
     misses = {(r["shape"], r["batch"], r["ctx"], r["ratio"]) for r in rows
               if _decision(r, capture) != (r["speedup"] > 1.0)}
     assert misses == expected
-    if not capture:  # the bar: the eager decision picks the faster kernel on >= 90 % of cells
+    if not capture:  # the gate's target: the eager decision picks the faster kernel on >= 90 % of cells
         assert 1 - len(misses) / len(rows) >= 0.90

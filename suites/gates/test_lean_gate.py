@@ -1,7 +1,7 @@
 """The Lean auto-gate (kernels/lean_gate.py) and the dispatcher's path choice: pure host
 logic, no GPU and no Triton.
 
-The gfx950 row must reproduce the seed (sglang #33576, lean_decode_seqlen_gate and
+The gfx950 row must reproduce sglang PR #33576's gate (lean_decode_seqlen_gate and
 lean_capture_policy, calibrated on MI355X); the properties hold for every row of the
 calibration table over a seeded random grid of inputs.
 """
@@ -14,11 +14,11 @@ import pytest
 from decode_conformance_kernels import dispatch, lean_gate
 from decode_conformance_kernels.lean_gate import capture_policy, eager_gate, eager_threshold, head_tiles
 
-SEED_CLASSES = ("gfx950", "gfx942")
+UPSTREAM_CLASSES = ("gfx950", "gfx942")
 ALL_CLASSES = tuple(lean_gate.load_table())
 K = 1024
 
-# (name, num_q_heads, kv_group): shapes the seed names.
+# (name, num_q_heads, kv_group): shapes sglang PR #33576 names.
 QWEN_7B = (28, 7)  # tiles 4
 LLAMA_8B = (32, 4)  # tiles 8
 LLAMA_70B_TP8 = (8, 8)  # tiles 1 (heavy TP shard)
@@ -44,7 +44,7 @@ def test_calibration_file_rows():
     assert rows["default"].enabled is False
     assert rows["sm_90"].provisional is False and "H200 re-sweep" in rows["sm_90"].note
     assert rows["gfx950"].provisional is False
-    # The seed: "The MI355X auto-gate thresholds transfer unchanged" to MI300X.
+    # sglang PR #33576: "The MI355X auto-gate thresholds transfer unchanged" to MI300X.
     a, b = rows["gfx950"], rows["gfx942"]
     assert (a.tiers, a.len_floor, a.mla_min_batch, a.mla_len_floor, a.capture_min_batch, a.capture_min_tiles,
             a.capture_mla_min_batch) == (b.tiers, b.len_floor, b.mla_min_batch, b.mla_len_floor,
@@ -97,7 +97,7 @@ def test_sm90_ragged_rule(batch, hq, group, avg, longest, on):
     assert lean_gate.eager_gate(batch, batch * avg, hq, group, mla, "sm_90", max_len=longest) is on
 
 
-@pytest.mark.parametrize("cls", SEED_CLASSES)
+@pytest.mark.parametrize("cls", UPSTREAM_CLASSES)
 def test_rows_without_the_ragged_rule_ignore_the_longest_length(cls):
     for p in _grid(300, seed=7):
         total = p["batch"] * p["avg"]
@@ -128,9 +128,9 @@ def test_head_tiles(hq, group, tiles):
     assert head_tiles(hq, group) == tiles
 
 
-# ----- the seed's rules on the gfx950 row (and gfx942, a copy) -------------------------------
-@pytest.mark.parametrize("cls", SEED_CLASSES)
-def test_seed_eager_thresholds(cls):
+# ----- sglang PR #33576's rules on the gfx950 row (and gfx942, a copy) ----------------------
+@pytest.mark.parametrize("cls", UPSTREAM_CLASSES)
+def test_upstream_eager_thresholds(cls):
     row = lean_gate.row_for(cls)
     # Bases: MHA (tiles >= 16) 16K, GQA (tiles >= 4) 64K, heavy TP shard 128K; at batch 1.
     assert eager_threshold(1, *MHA_32, row) == 16 * K
@@ -155,8 +155,8 @@ def test_seed_eager_thresholds(cls):
     assert eager_gate(1, 64 * K, *LLAMA_8B, False, cls) and not eager_gate(1, 64 * K - 1, *LLAMA_8B, False, cls)
 
 
-@pytest.mark.parametrize("cls", SEED_CLASSES)
-def test_seed_mla_needs_batch_8(cls):
+@pytest.mark.parametrize("cls", UPSTREAM_CLASSES)
+def test_upstream_mla_needs_batch_8(cls):
     for batch in range(1, 8):
         assert not eager_gate(batch, batch * 1_000_000, *R1_TP4, True, cls), batch
         assert not capture_policy(batch, *R1_TP4, True, cls), batch
@@ -167,8 +167,8 @@ def test_seed_mla_needs_batch_8(cls):
         assert capture_policy(batch, 128, 128, True, cls)
 
 
-@pytest.mark.parametrize("cls", SEED_CLASSES)
-def test_seed_capture_policy(cls):
+@pytest.mark.parametrize("cls", UPSTREAM_CLASSES)
+def test_upstream_capture_policy(cls):
     for batch in range(1, 300):
         # Heavy TP shards (tiles < 4) are never baked, at any batch.
         for hq, g in (LLAMA_70B_TP8, (16, 8), (24, 8), (48, 16)):

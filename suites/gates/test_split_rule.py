@@ -1,7 +1,7 @@
 """Gate: the adaptive split-K chunk rule (kernels/split_rule.py).
 
-Pure-python checks need neither a GPU nor Triton: a table of worked cases (the seed's own
-example among them) and properties over a seeded random grid of (length, batch, KV-head
+Pure-python checks need neither a GPU nor Triton: a table of worked cases (FlashML PR #729's
+own example among them) and properties over a seeded random grid of (length, batch, KV-head
 tiles, SMs, cap, block, minimum chunk). The last test runs the kernel's @triton.jit mirror of
 the rule (under Triton's CPU interpreter when there is no GPU) and requires it to agree
 exactly with the pure function: the host sizes the grid and the device picks the chunks, so
@@ -23,8 +23,8 @@ from decode_conformance_kernels import split_rule as sr
 # are `launch_shape`'s, tested below)
 TABLE_PPS = 4
 TABLE = [
-    # The seed: H100 (132 SMs), Qwen3.6 full attention 16/2/256 (2 KV-head tiles), batch 1 x 32k:
-    # occupancy 4*132 // 2 = 264 (the seed's 2/SM: 132) -> capped at 64; by length 32768 // 128 = 256
+    # FlashML PR #729: H100 (132 SMs), Qwen3.6 full attention 16/2/256 (2 KV-head tiles), batch 1 x 32k:
+    # occupancy 4*132 // 2 = 264 (the PR's 2/SM: 132) -> capped at 64; by length 32768 // 128 = 256
     # -> 64 chunks of 512.
     ("seed: 132 SMs, 1 x 32k, 16/2/256", 32768, 1, 2, 132, 64, 64, 512),
     ("seed shape at 128k: still the 64 cap", 131072, 1, 2, 132, 64, 64, 2048),
@@ -54,8 +54,8 @@ def test_table(why, length, batch, tiles, sms, cap, count, longest):
         assert max(e - s for s, e in ranges) <= longest
 
 
-def test_seed_example_is_uniform():
-    """With the seed's constants (2 programs per SM, at most 64 splits) the rule reproduces its
+def test_upstream_example_is_uniform():
+    """With FlashML PR #729's constants (2 programs per SM, at most 64 splits) the rule reproduces its
     worked example; with the H200's (8-warp programs at 2 per SM, at most 128) the same shape
     takes 128 chunks of 256."""
     ranges = sr.chunk_ranges(32768, batch=1, kv_head_tiles=2, num_sms=132, max_splits=64)
@@ -136,9 +136,9 @@ def test_occupancy_fills_whole_waves(batch, tiles, pps, cap, count):
     assert sr.occupancy_splits(batch, tiles, 132, cap, pps) == count
 
 
-def test_constants_are_the_seeds():
-    # H200-measured (the seed: 2 per SM, 64 splits); test_seed_example_is_uniform shows the
-    # seed's constants still give its worked example
+def test_constants_are_the_h200s():
+    # H200-measured (FlashML PR #729: 2 per SM, 64 splits); test_upstream_example_is_uniform shows
+    # the PR's constants still give its worked example
     assert (sr.PROGRAMS_PER_SM, sr.WIDE_PROGRAMS_PER_SM, sr.MLA_PROGRAMS_PER_SM) == (5, 2, 1)
     assert (sr.MAX_SPLITS, sr.MLA_MAX_SPLITS) == (128, 64)
     assert sr.KEY_BLOCK == 32

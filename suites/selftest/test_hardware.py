@@ -49,6 +49,16 @@ def test_every_class_row_is_complete():
         assert (c.memory_gb > 0) == (c.vendor != "cpu"), name
 
 
+def test_a_compile_target_row_needs_its_warp_size_and_shared_memory(tmp_path):
+    table = tmp_path / "classes.toml"
+    table.write_text('[sm_90]\nvendor = "nvidia"\nmemory_gb = 80\nfp8_tensor_cores = true\n'
+                     'description = "H100"\ncompile_arch = 90\nshared_memory_bytes = 232448\n')
+    with pytest.raises(ValueError, match="class 'sm_90' has a compile_arch, so field 'warp_size' must be"):
+        hardware.known_classes(str(table))
+    table.write_text(table.read_text() + "warp_size = 32\n")
+    assert hardware.known_classes(str(table))["sm_90"].warp_size == 32
+
+
 def _fake_device(monkeypatch, *, rocm: bool, **props):
     import torch
     monkeypatch.setattr(hardware, "has_gpu", lambda: True)

@@ -1,5 +1,5 @@
 """kernels/kv_layout.py: the head tiling, cache addressing and window encoding that the split-K
-and Lean kernels share (issue: one module, one encoding of "no window")."""
+and Lean kernels share (one module, one encoding of "no window")."""
 from __future__ import annotations
 
 import pytest

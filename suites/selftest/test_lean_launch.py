@@ -34,7 +34,7 @@ def test_a_gpu_takes_the_first_configuration_that_fits_its_shared_memory(monkeyp
     # the last entry is taken when nothing fits, rather than no configuration at all
     assert _pick(256, False, 1) == medium_fallback[:5]
     assert _pick(128, False, SM120_SMEM) == lean.LEAN_GPU_CONFIGS["small"][0][:5]
-    # a wide non-MLA key (its own V) keeps the seed's tile
+    # a wide non-MLA key (its own V) keeps sglang's Lean tile
     assert lean.config_class(512, False) == "large" and lean.config_class(512, True) == "mla"
 
 

@@ -95,12 +95,10 @@ def test_value_domains_follow_capabilities():
 
 
 # ---- the split rules behind window_keys and split-edge ------------------------------------------
-def test_split_constants_mirror_the_kernels():
-    from decode_conformance_kernels import fixed_split, lean, triton_common
-    assert cs.FIXED_SPLIT_ALIGN == fixed_split.SPLIT_ALIGN
-    assert cs.FIXED_DEFAULT_SPLITS == fixed_split.DEFAULT_SPLITS
-    assert cs.LEAN_BLOCK_N["interpreter"] == lean.launch_defaults("cpu", 64)["block_n"]
-    assert cs.LEAN_BLOCK_N["gpu"] == lean.launch_defaults("cuda", 64)["block_n"]
+def test_split_constants_are_the_kernels():
+    from decode_conformance_kernels import lean, triton_common
+    assert cs.lean_block_n("interpreter") == lean.launch_defaults("cpu", 64)["block_n"]
+    assert cs.lean_block_n("gpu") == lean.launch_defaults("cuda", 64)["block_n"]
     assert cs.split_unit("interpreter") % triton_common.kernel_config("cpu", 64, 64, False)["block_n"] == 0
 
 
@@ -108,7 +106,7 @@ def test_split_constants_mirror_the_kernels():
 def test_split_edge_is_a_boundary_of_every_rule(profile):
     from decode_conformance_kernels import split_rule
     b = cs.split_edge(profile)
-    S, A = cs.FIXED_DEFAULT_SPLITS, cs.FIXED_SPLIT_ALIGN
+    from decode_conformance_kernels.fixed_split import DEFAULT_SPLITS as S, SPLIT_ALIGN as A
 
     def fixed_splits(n):  # fixed_split._fixed_split_len: (length of a split, splits holding keys)
         per = -(-(-(-n // S)) // A) * A
@@ -118,7 +116,7 @@ def test_split_edge_is_a_boundary_of_every_rule(profile):
     assert per * count == b and count == S  # all 8 splits full
     per1, count1 = fixed_splits(b + 1)
     assert (b + 1) - per1 * (count1 - 1) < per1  # b + 1: a partial last split
-    assert b % cs.LEAN_BLOCK_N[profile] == 0  # Lean: whole key tiles at b, a 1-key tile at b + 1
+    assert b % cs.lean_block_n(profile) == 0  # Lean: whole key tiles at b, a 1-key tile at b + 1
     for cap in (1, 8, 64):
         ends = [e for _, e in split_rule.chunk_ranges_for_cap(b, cap)]
         assert all(e % split_rule.KEY_BLOCK == 0 for e in ends)
