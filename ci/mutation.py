@@ -80,7 +80,7 @@ FINGERPRINT_INPUTS = (
     "decode_conformance/reference.py", "decode_conformance/metrics.py", "decode_conformance/runner.py",
     "decode_conformance/pristine.py", "decode_conformance/graphs.py", "decode_conformance/interpreter_compat.py",
     "suites/parity/test_determinism.py", "suites/parity/test_batch_invariance.py", "suites/parity/test_num_splits.py",
-    "suites/parity/test_cuda_graph.py", "suites/parity/scenarios.py",
+    "suites/parity/test_cuda_graph.py", "decode_conformance/scenarios.py", "decode_conformance/devices.py",
     "ci/mutation.py",
 )
 MUTANT_FIELDS = ("name", "kernel", "module", "find", "replace", "description")
@@ -366,7 +366,7 @@ def _prepare(device: str):
     from decode_conformance import _paths
     _paths.alias_checkout(ROOT)
     if device == "cpu":
-        from decode_conformance.isolation import use_interpreter
+        from decode_conformance.devices import use_interpreter
         use_interpreter()
 
 

@@ -26,8 +26,9 @@ def _reason(report) -> str:
     return text.strip()
 
 
-def row_from_report(report, row: dict, result: Optional[dict]) -> Optional[dict]:
-    """One report row from a test report and the parameters its item carried (`row`)."""
+def row_from_report(report, row: dict) -> Optional[dict]:
+    """One report row from a test report and the row its item carried (parameters, and the
+    result fields where the test ran a case through the door)."""
     if report.when == "setup" and report.skipped:
         reason = _reason(report)
         row.update(status="quarantined" if reason.startswith("quarantined") else "skipped", message=reason)
@@ -37,8 +38,6 @@ def row_from_report(report, row: dict, result: Optional[dict]) -> Optional[dict]
         return row
     if report.when != "call":
         return None
-    if result is not None:
-        row.update({k: result[k] for k in ("message", "repro", "seconds", "verdict", "phases") if k in result})
     if hasattr(report, "wasxfail"):
         row["status"] = "xfailed" if report.skipped else "xpassed"
     elif report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
@@ -49,7 +48,7 @@ def row_from_report(report, row: dict, result: Optional[dict]) -> Optional[dict]
         row.update(status="skipped", message=_reason(report))
     else:
         row["status"] = "passed" if report.passed else "failed"
-        if report.failed and result is None:
+        if report.failed and "message" not in row:
             row["message"] = _reason(report)[-2000:]
     return row
 
