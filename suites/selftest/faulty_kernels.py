@@ -181,3 +181,24 @@ def _ulp_per_request(batch):
 
 invariant = _DeclaredInvariant("faulty_invariant", _correct)
 batch_dependent = _BatchDependent("faulty_batch_dependent", _ulp_per_request)
+
+
+class _Relaunch(FaultyKernel):
+    """Correct on the first launch of each plan; on the second launch of the same plan (what a
+    CUDA-graph replay or a relaunch does) it runs `on_relaunch` instead. Declares graph safety
+    and determinism so every scenario that relaunches or re-plans applies to it."""
+    caps = Capabilities(window_convention="counts-current", cuda_graph_safe=True, deterministic=True)
+
+    def plan(self, batch):
+        launches = []
+
+        def launch():
+            launches.append(1)
+            (self._launch if len(launches) > 1 else _correct)(batch)
+        return launch
+
+
+# Out-of-tree kernels that die on a relaunch of one plan: the process aborts / the launch hangs
+# (on a GPU the replay of a captured graph is such a relaunch; on a CPU the second eager launch).
+abort_on_relaunch = _Relaunch("faulty_abort_on_relaunch", _abort)
+hang_on_relaunch = _Relaunch("faulty_hang_on_relaunch", _hang)
