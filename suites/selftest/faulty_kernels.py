@@ -202,3 +202,24 @@ class _Relaunch(FaultyKernel):
 # (on a GPU the replay of a captured graph is such a relaunch; on a CPU the second eager launch).
 abort_on_relaunch = _Relaunch("faulty_abort_on_relaunch", _abort)
 hang_on_relaunch = _Relaunch("faulty_hang_on_relaunch", _hang)
+
+
+class _EveryScenario(FaultyKernel):
+    """Declares every property a scenario checks, so each one runs it."""
+    caps = Capabilities(window_convention="counts-current", cuda_graph_safe=True, deterministic=True,
+                        batch_invariant=True)
+
+
+def _writes_q(batch):
+    _correct(batch)  # the right output, from the pristine q; then q is scaled in place
+    batch.q.mul_(1.0 + 2 ** -7)
+
+
+def _replaces_out(batch):
+    batch.out = torch.empty_like(batch.out)  # same shape and dtype: only the buffer's identity differs
+    _correct(batch)
+
+
+# Contract violations every scenario must name as such (not as a mismatch they cause later).
+writes_q = _EveryScenario("faulty_writes_q", _writes_q)
+replaces_out = _EveryScenario("faulty_replaces_out", _replaces_out)

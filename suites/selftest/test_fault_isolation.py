@@ -156,3 +156,24 @@ def test_a_relaunch_that_kills_or_hangs_fails_only_its_own_scenario_case(tmp_pat
         for scenario in ("parity", "batch-invariance") + (("determinism",) if k in bad else ()):
             assert (k, scenario) in kept, f"{k} {scenario}: no passed row\n{tail}"
     assert all(r["case"] in ids for r in rows if r["case"]), "a case outside --case-id ran"
+
+
+def test_every_scenario_names_a_contract_violation_and_how_to_reproduce_it():
+    """A kernel that writes q, and one that hands back a new out tensor, fail determinism,
+    the relaunch of one plan and batch invariance with what they did (as parity says it), and
+    each failure prints the command that re-runs exactly that scenario case."""
+    from decode_conformance.scenarios import fixed_cases
+    fixed = fixed_cases("interpreter")
+    ids = [fixed[name][0].id for name in ("determinism", "same-plan-twice", "batch-invariance")]
+    said = {"faulty_writes_q": "kernel wrote to its inputs: q", "faulty_replaces_out": "kernel replaced batch.out with"}
+    run = run_pytest("suites/parity/test_determinism.py", "suites/parity/test_batch_invariance.py", "-q",
+                     *[f"--kernel={faulty(a)}" for a in ("writes_q", "replaces_out")],
+                     *[f"--case-id={c}" for c in ids], timeout=300)
+    assert run.rc == 1 and re.search(r"\b6 failed\b", run.out), run.out[-3000:]
+    for name, text in said.items():
+        for cid in ids:
+            block = re.search(rf"\[{name}\] {re.escape(cid)}: (?P<msg>.*?)\n  seed=.*?\n  reproduce: (?P<repro>[^\n]+)",
+                              run.out, re.S)
+            assert block and text in block["msg"], f"{name} {cid}\n{run.out[-3000:]}"
+            assert shlex.split(block["repro"])[:2] == ["pytest", "suites/parity"], block["repro"]
+            assert f"--case-id={cid}" in shlex.split(block["repro"]), block["repro"]
