@@ -137,12 +137,13 @@ def markdown(rows: list[dict], env: dict, empty: list[str]) -> str:
     for name, k in env.get("kernels", {}).items():
         lines.append(f"- kernel `{name}`: `{k['spec']}` ({k['caps']})")
     lines += ["", "<details><summary>All rows</summary>", "",
-              "| kernel | test | case | status | worst row / budget | cosine | seconds |", "|---|---|---|---|---|---|---|"]
+              "| kernel | test | case | status | worst row / budget | cosine | seconds | kernel note |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["kernel"], r["test"], r.get("case", ""))):
         v = r.get("verdict") or {}
         lines.append(f"| {r['kernel']} | {r['test']} | `{r.get('case') or r.get('param', '')}` | "
                      f"{_ICON.get(r['status'], r['status'])} | {_fmt(v.get('worst_row_ratio'))} | "
-                     f"{_fmt(v.get('cosine'), '.6f')} | {_fmt(r.get('seconds'), '.3g')} |")
+                     f"{_fmt(v.get('cosine'), '.6f')} | {_fmt(r.get('seconds'), '.3g')} | {r.get('kernel_note', '')} |")
     lines += ["", "</details>"]
     return "\n".join(lines) + "\n"
 
