@@ -188,6 +188,9 @@ def dc_run(request, dc_state):
 
 # ---- report rows: from the items' parameters, gathered on the controller -------------------
 
+RESULT_FIELDS = ("message", "repro", "seconds", "verdict", "phases", "kernel_note")  # of CaseResult.to_dict()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """The test's one report row, built where it ran (an xdist worker) and carried to the
@@ -200,7 +203,7 @@ def pytest_runtest_makereport(item, call):
         return report
     case = callspec.params.get("dc_case")
     row = {"test": f"{item.path.stem}::{item.originalname}", "kernel": kp.name, "spec": kp.spec,
-           "case": getattr(case, "id", ""), "scenario": scenario_of(item), "param": item.name[len(item.originalname):]}
+           "case": getattr(case, "id", ""), "scenario": scenario_of(item) if case is not None else "", "param": item.name[len(item.originalname):]}
     result = item.stash.get(_RESULT, None)
     if result is None and "dc_result" in dict(item.user_properties):  # a suite recording its own verdict (perf)
         result = json.loads(dict(item.user_properties)["dc_result"])
@@ -209,9 +212,6 @@ def pytest_runtest_makereport(item, call):
     report.user_properties = [p for p in report.user_properties if p[0] != "dc_result"]
     report.user_properties.append(("dc_row", json.dumps(row)))
     return report
-
-
-RESULT_FIELDS = ("message", "repro", "seconds", "verdict", "phases", "kernel_note")
 
 
 def pytest_runtest_logreport(report):
