@@ -19,9 +19,10 @@ suites/selftest/test_mutants.py fail when any of it changed since the map was ge
 the files. A mutant's own entry is hashed per row, so `--only NAME` refreshes an added or
 edited mutant without a full run.
 
-Each mutant runs in its own subprocess (`--worker`), so a mutant that kills the interpreter
-(a segfault on a wild address) or hangs only ends that subprocess: the case it was running
-counts as a kill ("crashed" / "hung") and a fresh subprocess goes on with the next case.
+Each mutant's cases run in the suite's isolated worker (decode_conformance/isolation.py, the one
+pytest uses under --isolation=process), so a mutant that kills the interpreter (a segfault on a
+wild address) or hangs only ends that worker: the case it was running counts as a kill
+("crashed" / "hung") and a fresh worker goes on with the next case.
 Kernel-level tests (KERNEL_TESTS) run once per mutant in a pytest subprocess with
 `--kernel=<the mutant's copy>`; a test that fails there, and passes on the shipped kernel,
 kills it (e.g. the Lean counter that is not reset fails
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import atexit
 import fnmatch
 import hashlib
 import importlib
@@ -80,7 +80,7 @@ FINGERPRINT_INPUTS = (
     "decode_conformance/reference.py", "decode_conformance/metrics.py", "decode_conformance/runner.py",
     "decode_conformance/pristine.py", "decode_conformance/graphs.py", "decode_conformance/interpreter_compat.py",
     "suites/parity/test_determinism.py", "suites/parity/test_batch_invariance.py", "suites/parity/test_num_splits.py",
-    "suites/parity/test_cuda_graph.py", "suites/parity/scenarios.py",
+    "suites/parity/test_cuda_graph.py", "decode_conformance/scenarios.py", "decode_conformance/devices.py",
     "ci/mutation.py",
 )
 MUTANT_FIELDS = ("name", "kernel", "module", "find", "replace", "description")
@@ -229,11 +229,6 @@ def write_map(kill_map: dict) -> None:
 
 
 # ---- mutant kernels ---------------------------------------------------------------------------
-_LOADED: dict[str, object] = {}
-_TMP_ENV = "DECODE_CONFORMANCE_MUTANT_TMP"
-_TMP = None
-
-
 def package_name(m: Mutant) -> str:
     return "dc_mutant_" + "".join(ch if ch.isalnum() else "_" for ch in m.name)
 
@@ -250,25 +245,6 @@ def materialize(m: Mutant, dest: pathlib.Path) -> str:
         shutil.copytree(KERNELS_DIR, target_dir, ignore=shutil.ignore_patterns("__pycache__"))
         (target_dir / f"{m.module}.py").write_text(m.source().replace(m.find, m.replace))
     return pkg
-
-
-def mutant_kernel(m: Mutant):
-    """The kernel object built from a copy of kernels/ with the mutant's edit applied."""
-    global _TMP
-    if m.name in _LOADED:
-        return _LOADED[m.name]
-    if _TMP is None:
-        # Under run_isolated: inside the parent's scratch folder, removed even if this worker crashes.
-        _TMP = tempfile.mkdtemp(prefix="dc_mutants_", dir=os.environ.get(_TMP_ENV) or None)
-        sys.path.insert(0, _TMP)
-        atexit.register(shutil.rmtree, _TMP, True)
-    pkg = materialize(m, pathlib.Path(_TMP))
-    importlib.invalidate_caches()
-    registry = importlib.import_module(f"{pkg}.registry")
-    kernel = getattr(registry, m.kernel)()
-    kernel.name = f"mutant-{m.name}"
-    _LOADED[m.name] = kernel
-    return kernel
 
 
 # ---- covers -------------------------------------------------------------------------------------
@@ -361,62 +337,13 @@ def parity_cases(profile: str = "interpreter") -> list:
     return build_set("parity", profile)
 
 
-# ---- one mutant in a subprocess -------------------------------------------------------
+# ---- one mutant through the suite's isolated runner --------------------------------------
 def _prepare(device: str):
     from decode_conformance import _paths
     _paths.alias_checkout(ROOT)
     if device == "cpu":
-        from decode_conformance.isolation import use_interpreter
+        from decode_conformance.devices import use_interpreter
         use_interpreter()
-
-
-def _worker(name: str, cases_file: str, progress: str, stop_at_first: bool, device: str, profile: str) -> int:
-    """Run the parity cases listed in `cases_file` (ids, in that order) against one mutant,
-    appending one line per event to `progress`: `start i`, `pass i`, `skip i`,
-    `fail i <message>`, `restart i` (a CUDA failure poisoned the process: it stops after case
-    i and the parent starts a fresh worker) and `done` at the end."""
-    _prepare(device)
-    import torch
-    torch.set_num_threads(1)
-    from decode_conformance.isolation import poisons_context
-    from decode_conformance.runner import run_case
-    m = {x.name: x for x in load_mutants()}[name]
-    kernel = mutant_kernel(m)
-    by_id = {c.id: c for c in parity_cases(profile)}
-    ids = pathlib.Path(cases_file).read_text().split()
-    dev_type = "cpu" if device == "cpu" else "cuda"
-    with open(progress, "a", buffering=1) as f:
-        for i, cid in enumerate(ids):
-            case = by_id[cid]
-            if kernel.caps.missing_for(case, dev_type):
-                f.write(f"skip {i}\n")
-                continue
-            f.write(f"start {i}\n")
-            f.flush()
-            res = run_case(kernel, case, device)
-            if res.ok:
-                f.write(f"pass {i}\n")
-            else:
-                f.write(f"fail {i} {' '.join(res.message.split())[:300]}\n")
-                if dev_type == "cuda" and poisons_context(res.message):
-                    # An illegal address poisons this process's CUDA context: every later case
-                    # here would fail for that, not for the mutant. A fresh worker goes on.
-                    f.write(f"restart {i}\n")
-                    return 0
-                if stop_at_first:
-                    break
-        f.write("done\n")
-    return 0
-
-
-def _describe_exit(code: Optional[int]) -> str:
-    if code is not None and code < 0:
-        import signal
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"code {code}"
 
 
 def _env(tmp: str, device: str) -> dict:
@@ -426,88 +353,42 @@ def _env(tmp: str, device: str) -> dict:
     else:
         env.pop("TRITON_INTERPRET", None)
     env["PYTHONPATH"] = os.pathsep.join([tmp, str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-    env[_TMP_ENV] = tmp
     return env
-
-
-def read_progress(text: str) -> tuple[dict, Optional[int], bool, Optional[int]]:
-    """A worker's progress file -> ({case index: failure message}, index of a case started with
-    no result (it crashed or hung), whether the worker finished, index after which it stopped
-    to be replaced (`restart`))."""
-    failed: dict[int, str] = {}
-    running, done, restart_after = None, False, None
-    for ln in text.splitlines():
-        word, _, rest = ln.partition(" ")
-        if word == "done":
-            done = True
-            continue
-        idx, _, msg = rest.partition(" ")
-        i = int(idx)
-        if word == "start":
-            running = i
-            continue
-        running = None
-        if word == "fail":
-            failed[i] = msg
-        elif word == "restart":
-            restart_after = i
-    return failed, running, done, restart_after
 
 
 def run_isolated(m: Mutant, case_ids: list[str], stop_at_first: bool = False,
                  case_timeout: float = CASE_TIMEOUT_S, device: str = "cpu", profile: str = "interpreter"
                  ) -> dict[str, str]:
     """{case id: failure message} for the cases of `case_ids` (parity ids) that kill the
-    mutant, run in a subprocess. A case that crashes the subprocess (a segfault on a wild
-    address) or gives no progress for `case_timeout` s kills the mutant, and a fresh
-    subprocess goes on with the next case. stop_at_first: stop at the first kill."""
+    mutant, run by the isolated worker pytest uses under --isolation=process: a case that
+    crashes it (a segfault on a wild address), gives no result within `case_timeout` s or
+    poisons its CUDA context kills the mutant, and a fresh worker goes on with the next case.
+    stop_at_first: stop at the first kill."""
+    from decode_conformance.devices import device_type
+    from decode_conformance.isolation import IsolatedRunner
+    from decode_conformance.kernel_api import load_kernel
+    by_id = {c.id: c for c in parity_cases(profile)}
     kills: dict[str, str] = {}
-    remaining = list(case_ids)
     with tempfile.TemporaryDirectory(prefix="dc_mutant_run_") as tmp:
-        env = _env(tmp, device)
-        attempt = 0
-        while remaining:
-            attempt += 1
-            ids_file = pathlib.Path(tmp) / f"cases{attempt}.txt"
-            ids_file.write_text("\n".join(remaining) + "\n")
-            progress = pathlib.Path(tmp) / f"progress{attempt}.txt"
-            progress.touch()
-            log = pathlib.Path(tmp) / f"log{attempt}.txt"
-            cmd = [sys.executable, str(ROOT / "ci" / "mutation.py"), "--worker", m.name, "--cases", str(ids_file),
-                   "--progress", str(progress), "--device", device, "--profile", profile]
-            if stop_at_first:
-                cmd.append("--stop-at-first")
-            hung = False
-            with open(log, "wb") as logf:
-                proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT)
-                size, last = 0, time.monotonic()
-                while proc.poll() is None:
-                    time.sleep(0.1)
-                    now = progress.stat().st_size
-                    if now != size:
-                        size, last = now, time.monotonic()
-                    elif time.monotonic() - last > case_timeout:
-                        proc.kill()
-                        proc.wait()
-                        hung = True
-            failed, running, done, restart_after = read_progress(progress.read_text())
-            kills.update({remaining[i]: msg for i, msg in failed.items()})
-            if done:
-                break
-            if restart_after is not None:  # the worker gave up its poisoned context after a kill
-                if stop_at_first:
-                    break
-                remaining = remaining[restart_after + 1:]
-                continue
-            if running is None:  # died outside a case: a broken mutant or worker, not a kill
-                tail = log.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"mutant {m.name}: worker exited with {proc.returncode} outside a case:\n{tail}")
-            kills[remaining[running]] = (f"hung: no result within {case_timeout:.0f} s" if hung else
-                                         f"crashed: worker exited with {_describe_exit(proc.returncode)}")
-            if stop_at_first:
-                break
-            remaining = remaining[running + 1:]
-    return {cid: kills[cid] for cid in case_ids if cid in kills}
+        spec = f"{materialize(m, pathlib.Path(tmp))}.registry:{m.kernel}"
+        sys.path.insert(0, tmp)  # the spawned worker starts with this sys.path
+        try:
+            importlib.invalidate_caches()
+            caps = load_kernel(spec).caps
+            with IsolatedRunner(device, case_timeout, root=str(ROOT)) as runner:
+                for cid in case_ids:
+                    if caps.missing_for(by_id[cid], device_type(device)):
+                        continue
+                    res = runner.run(spec, by_id[cid], name=f"mutant-{m.name}")
+                    if res.status == "error":  # the mutant or the worker is broken: not a kill
+                        raise RuntimeError(f"mutant {m.name} on {cid}: {res.message}")
+                    if not res.ok:
+                        kills[cid] = " ".join(res.message.split())[:300]
+                        if stop_at_first:
+                            break
+        finally:
+            sys.path.remove(tmp)
+    return kills
 
 
 # ---- kernel-level tests -------------------------------------------------------------------------
@@ -668,7 +549,7 @@ def _stored_messages() -> dict[str, dict[str, str]]:
 
 
 def first_killer_messages(kill_map: dict, jobs: int = 1) -> dict[str, dict[str, str]]:
-    """Re-run each mutant on its first killer case only (in a subprocess) for the failure message."""
+    """Re-run each mutant on its first killer case only (in an isolated worker) for the failure message."""
     cases = case_kills(kill_map)
     todo = [m for m in load_mutants() if cases.get(m.name)]
 
@@ -845,14 +726,9 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu", help="cpu (Triton's interpreter, default) or cuda[:N]")
     ap.add_argument("--profile", choices=("interpreter", "gpu"), default=None,
                     help="case profile (default: interpreter on cpu, gpu otherwise)")
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--cases", help=argparse.SUPPRESS)
-    ap.add_argument("--progress", help=argparse.SUPPRESS)
-    ap.add_argument("--stop-at-first", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    profile = args.profile or ("interpreter" if args.device == "cpu" else "gpu")
-    if args.worker:
-        return _worker(args.worker, args.cases, args.progress, args.stop_at_first, args.device, profile)
+    from decode_conformance.devices import profile_of
+    profile = args.profile or profile_of(args.device)
     _prepare(args.device)
     old = read_map()
     if args.check:

@@ -90,7 +90,9 @@ class DecodeBatch:
     softcap: float = 0.0
     window: Optional[int] = None
     num_splits: Optional[int] = None
-    extras: dict = field(default_factory=dict)  # a kernel may record what it chose here
+    # The one channel back from the kernel: a short note on what it chose (a dispatcher's path,
+    # a split count), shown on the case's report row. Nothing reads it to judge.
+    kernel_note: str = ""
 
     @property
     def device(self) -> torch.device:

@@ -68,7 +68,8 @@ def kernel_coverage(kernel, cases, profile: str, gpu_class: Optional[str] = None
     if kernel.caps.unavailable:
         res.unavailable = kernel.caps.unavailable
         return res
-    device_type = "cpu" if profile == "interpreter" else "cuda"
+    from .devices import device_type_of_profile
+    device_type = device_type_of_profile(profile)
     gpu_class = gpu_class or DEFAULT_CLASS[profile]
     problem = CoveringProblem(cs.AXES, cs.constraints(), {"k": cs.value_domains(kernel.caps, device_type)})
     targets = set(problem.targets()["k"])
@@ -128,7 +129,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from . import _paths
     _paths.alias_checkout()
-    from .isolation import use_interpreter
+    from .devices import use_interpreter
     use_interpreter()  # kernel modules are imported for their capabilities; nothing is launched
     from .kernel_api import kernel_specs
     specs = kernel_specs(args.kernel, env="") if args.kernel else default_specs()

@@ -33,10 +33,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .cases import DATA_KINDS, Case, window_for
-
-DEFAULT_EXAMPLES = 100
-DEFAULT_SEED = 0
-DEFAULT_SHRINK_SECONDS = 600.0
+from .fuzz_options import DEFAULT_EXAMPLES, DEFAULT_SEED, DEFAULT_SHRINK_SECONDS
 MAX_LEN = {"interpreter": 600, "gpu": 140000}
 MAX_KV_HEADS = {"interpreter": 4, "gpu": 16}
 MAX_GROUP = 16
@@ -214,16 +211,23 @@ class FuzzFailure(AssertionError):
 def fuzz(kernel, device: str = "cpu", profile: Optional[str] = None, examples: int = DEFAULT_EXAMPLES,
          seed: int = DEFAULT_SEED, database: Optional[str] = None, kernel_spec: Optional[str] = None,
          shrink_seconds: float = DEFAULT_SHRINK_SECONDS, max_len: Optional[int] = None, keep_cases: bool = False,
-         suite: str = "suites/parity/test_fuzz.py", pyargs: bool = False) -> FuzzOutcome:
-    """Run `examples` drawn cases on `kernel`; on a failure, shrink and describe it."""
+         suite: str = "suites/parity/test_fuzz.py", pyargs: bool = False, run_one=None) -> FuzzOutcome:
+    """Run `examples` drawn cases on `kernel`; on a failure, shrink and describe it. `run_one(case,
+    repro)` runs one drawn case and returns its CaseResult (the pytest door, with isolation);
+    default: the parity scenario in this process."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hseed
     from hypothesis.database import DirectoryBasedExampleDatabase
 
-    from .runner import run_case
+    from .devices import device_type as device_type_of
+    from .devices import profile_of
+    from .scenarios import run
 
-    profile = profile or ("interpreter" if device == "cpu" else "gpu")
-    device_type = "cpu" if device == "cpu" else "cuda"
+    profile = profile or profile_of(device)
+    device_type = device_type_of(device)
+    if run_one is None:
+        def run_one(case, repro):
+            return run("parity", kernel, case, device)
     out = FuzzOutcome(kernel.name)
     failing: dict[str, str] = {}
     first_failure: list[float] = []
@@ -237,7 +241,8 @@ def fuzz(kernel, device: str = "cpu", profile: Optional[str] = None, examples: i
         if message is None:
             if first_failure and time.perf_counter() - first_failure[0] > shrink_seconds:
                 return  # shrink budget spent: keep the smallest failure found so far
-            res = run_case(kernel, case, device)
+            res = run_one(case, reproduce_lines(kernel_spec or kernel.name, case, device, seed, examples, database,
+                                                suite, pyargs)[0])
             if res.ok:
                 return
             message = failing[case.id] = res.message
@@ -293,7 +298,7 @@ def main(argv=None) -> int:
     from . import _paths
     _paths.alias_checkout()
     if args.device == "cpu":
-        from .isolation import use_interpreter
+        from .devices import use_interpreter
         use_interpreter()
     from .kernel_api import kernel_specs, load_kernel
     spec = kernel_specs([args.kernel], env="")[0]

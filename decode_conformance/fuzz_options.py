@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import os
 
+DEFAULT_EXAMPLES = 100
+DEFAULT_SEED = 0
+DEFAULT_SHRINK_SECONDS = 600.0
 EXAMPLES_ENV = "DECODE_CONFORMANCE_FUZZ_EXAMPLES"
 SEED_ENV = "DECODE_CONFORMANCE_FUZZ_SEED"
 DATABASE_ENV = "DECODE_CONFORMANCE_FUZZ_DATABASE"
 
 
 def default_examples() -> int:
-    from .fuzz import DEFAULT_EXAMPLES
     return int(os.environ.get(EXAMPLES_ENV) or DEFAULT_EXAMPLES)
 
 
 def default_seed() -> int:
-    from .fuzz import DEFAULT_SEED
     return int(os.environ.get(SEED_ENV) or DEFAULT_SEED)
 
 

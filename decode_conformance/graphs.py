@@ -24,7 +24,7 @@ def with_fresh_outputs(batch: DecodeBatch) -> DecodeBatch:
     """Same inputs, new poisoned out/lse and an empty workspace (for an eager twin call)."""
     return dataclasses.replace(batch, out=torch.full_like(batch.out, float("nan")),
                                lse=torch.full_like(batch.lse, float("nan")), workspace=Workspace(batch.device),
-                               extras={})
+                               kernel_note="")
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

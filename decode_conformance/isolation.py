@@ -1,8 +1,8 @@
 """Crash and hang isolation (design principle 7: a crash is a result, not the end of the run).
 
 `IsolatedRunner` keeps one persistent worker process (multiprocessing, spawn context) that
-runs cases through `runner.run_case`: the parent sends (kernel spec, Case.to_dict(), seed, ...)
-and receives a CaseResult. When a case
+runs any named scenario (scenarios.py) on a case: the parent sends (kernel spec, scenario name,
+Case.to_dict()) and receives a CaseResult. When a case
 
   - gives no result within the per-case timeout, the worker is killed and restarted and the
     case fails with "hung: no result within N s (kernel killed, worker restarted)";
@@ -17,7 +17,7 @@ Only the case that misbehaved fails; every other result of the run is kept.
 
 The worker is set up like the pytest process: a checkout that is not pip-installed aliased
 to the installed package names (`_paths.alias_checkout`), and on device cpu TRITON_INTERPRET=1
-with the bf16 interpreter layer (`use_interpreter`). It imports each kernel by its spec, so a
+with the bf16 interpreter layer (`devices.use_interpreter`). It imports each kernel by its spec, so a
 kernel under isolation must be importable by spec (`pkg.module:obj`), not only an object.
 
 The worker's stdout/stderr go to a log file; faulthandler writes the Python stack there on a
@@ -63,15 +63,6 @@ def _close_all() -> None:  # a hung worker must not keep the interpreter from ex
         r.close()
 
 
-def use_interpreter() -> None:
-    """The cpu-device set-up, shared by the pytest plugin and the isolation worker: run
-    Triton kernels through its interpreter, with the bf16 compatibility layer installed.
-    Must precede the first `import triton` in the process."""
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-    from . import interpreter_compat
-    interpreter_compat.install()
-
-
 def poisons_context(message: str) -> bool:
     return bool(message) and CONTEXT_POISON.search(message) is not None
 
@@ -112,11 +103,13 @@ def _worker_main(conn, device: str, root: str, log_path: str) -> None:
     from ._paths import alias_checkout
     alias_checkout(pathlib.Path(root) if root else None)
     if device == "cpu":
+        from .devices import use_interpreter
         use_interpreter()
     from .cases import Case
-    from .kernel_api import KernelLoadError, load_kernel
     from .device_memory import trim
-    from .runner import CaseResult, run_case
+    from .kernel_api import KernelLoadError, load_kernel
+    from .runner import CaseResult
+    from .scenarios import run
 
     conn.send(("ready", os.getpid()))
     kernels: dict = {}
@@ -127,26 +120,26 @@ def _worker_main(conn, device: str, root: str, log_path: str) -> None:
             return
         if msg is None:
             return
-        spec, case_dict, seed, repro, kw = msg
+        spec, name, scenario, case_dict = msg
         case = Case.from_dict(case_dict)
         try:
             if spec not in kernels:
                 kernels[spec] = load_kernel(spec)
-            res = run_case(kernels[spec], case, device, seed=seed, repro=repro, **kw)
+            res = run(scenario, kernels[spec], case, device)
             if device != "cpu":
                 trim(device)  # the parent's slot for a heavy case ends when this returns
         except KernelLoadError as e:
-            res = CaseResult(kernel=spec.rsplit(":", 1)[-1], case_id=case.id, status="error",
-                             message=f"isolation worker: {e}", repro=repro)
-        except Exception as e:  # run_case turns kernel errors into results; this is the suite's
-            res = CaseResult(kernel=spec.rsplit(":", 1)[-1], case_id=case.id, status="error",
-                             message=f"isolation worker: {type(e).__name__}: {e}", repro=repro)
+            res = CaseResult(kernel=name, case_id=case.id, status="error", scenario=scenario,
+                             message=f"isolation worker: {e}")
+        except Exception as e:  # scenarios turn kernel errors into results; this is the suite's
+            res = CaseResult(kernel=name, case_id=case.id, status="error", scenario=scenario,
+                             message=f"isolation worker: {type(e).__name__}: {e}")
         sys.stdout.flush()
         sys.stderr.flush()
         try:
             conn.send(("result", res))
-        except Exception as e:  # an unpicklable verdict or extra: keep the essentials
-            res.verdict, res.extra = None, {}
+        except Exception as e:  # an unpicklable verdict: keep the essentials
+            res.verdict, res.output = None, None
             res.message += f" (result sent without its verdict: {type(e).__name__}: {e})"
             conn.send(("result", res))
 
@@ -284,9 +277,11 @@ class IsolatedRunner:
         return text
 
     # -- running cases --
-    def run(self, spec: str, case, seed: Optional[int] = None, repro: str = "", **kw):
+    def run(self, spec: str, case, scenario: str = "parity", name: str = ""):
+        """The scenario `scenario` of the kernel `spec` (called `name`) on `case`, in the worker."""
         from .runner import CaseResult
-        res = CaseResult(kernel=spec.rsplit(":", 1)[-1], case_id=case.id, status="error", repro=repro)
+        name = name or spec.rsplit(":", 1)[-1]
+        res = CaseResult(kernel=name, case_id=case.id, status="error", scenario=scenario)
         problem = self._wait_ready()  # a replacement worker may still be importing torch
         if problem:
             res.message = problem
@@ -294,7 +289,7 @@ class IsolatedRunner:
         t0 = time.perf_counter()
         log_mark = len(self.log_tail(10**9))
         try:
-            self._conn.send((spec, case.to_dict(), seed, repro, kw))
+            self._conn.send((spec, name, scenario, case.to_dict()))
         except (OSError, ValueError) as e:
             why = describe_exit(self._reap(1.0))
             self._replace(why)
@@ -332,7 +327,7 @@ class IsolatedRunner:
         res.status = "failed"
         res.message = (f"hung: no result within {_format_seconds(self.case_timeout)} s "
                        f"(kernel killed, worker restarted)" + (f"; stack: {frame}" if frame else ""))
-        res.extra["worker_log"] = lines[-40:]
+        res.worker_log = lines[-40:]
         res.seconds = time.perf_counter() - t0
         return res
 
@@ -343,7 +338,7 @@ class IsolatedRunner:
         self._replace(f"{why} in {res.case_id}")
         res.status = "failed"
         res.message = f"crashed: {why}" + (f"; stack: {frame}" if frame else "") + " (worker restarted)"
-        res.extra["worker_log"] = lines[-40:]
+        res.worker_log = lines[-40:]
         res.seconds = time.perf_counter() - t0
         return res
 

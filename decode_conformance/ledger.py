@@ -1,9 +1,12 @@
 """The known-failure ledger: adopter-owned data saying which (kernel, case) pairs are
-expected to fail on which GPU classes, in the spirit of array-api-tests' xfails files.
+expected to fail on which GPU classes, in the spirit of array-api-tests' xfails files. The
+format and how entries match every scenario's case ids: docs/ledger.md.
 
     [[entry]]
     kernel = "my_kernel"            # kernel name, or "*"
-    case = "fi4267-*"               # fnmatch pattern over case ids (a plain prefix works with *)
+    case = "fi4267-*"               # fnmatch pattern over case ids of every scenario; the
+                                    # non-parity ones begin with the scenario's name
+                                    # ("batch-invariance-*", "determinism-*")
     gpu_classes = ["sm_90"]         # optional; default: every class
     kind = "xfail"                  # xfail: runs and must fail (an unexpected pass fails the run)
                                     # quarantine: never launched (cases that crash the device)

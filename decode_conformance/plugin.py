@@ -90,6 +90,7 @@ def pytest_configure_node(node):
 def pytest_configure(config):
     for line in (
         "decode_case: a decode-conformance kernel x case test",
+        "dc_scenario(name): the scenario (decode_conformance/scenarios.py) a conformance test runs",
         "gpu_only: needs a real GPU",
         "min_gpu_memory(gb): needs at least this much device memory",
         "fp8_tensor_cores: the kernel runs fp8 matrix instructions on this case",
@@ -130,14 +131,22 @@ def pytest_report_header(config):
 
 # ---- parametrization ---------------------------------------------------------------------
 
+def scenario_of(node) -> str:
+    """The scenario a conformance test runs: its `dc_scenario` mark, else parity."""
+    mark = node.get_closest_marker("dc_scenario")
+    return mark.args[0] if mark is not None else "parity"
+
+
 def pytest_generate_tests(metafunc):
     names = set(metafunc.fixturenames)
     if "dc_kernel" not in names:
         return
     s = state_of(metafunc.config, activate=True)
     if "dc_case" in names:
-        params = [pytest.param(kp, case, id=f"{kp.name}|{case.id}", marks=s.case_marks(kp, case))
-                  for kp in s.kernels for case in s.cases]
+        scenario = scenario_of(metafunc.definition)
+        cases = s.cases if scenario == "parity" else s.scenario_cases(scenario)
+        params = [pytest.param(kp, case, id=f"{kp.name}|{case.id}", marks=s.case_marks(kp, case, scenario))
+                  for kp in s.kernels for case in cases]
         metafunc.parametrize(("dc_kernel", "dc_case"), params)
     else:
         metafunc.parametrize("dc_kernel", [pytest.param(kp, id=kp.name) for kp in s.kernels])
@@ -156,28 +165,22 @@ def dc_device(dc_state) -> str:
     return dc_state.device
 
 
+_RESULT = pytest.StashKey[dict]()
+
+
 @pytest.fixture
 def dc_run(request, dc_state):
-    """Run a kernel on a case, record the result for the report, return the CaseResult."""
-    from .device_memory import case_on_shared_gpu
-    from .inprocess_timeout import in_process_timeout
-    from .runner import failure_text, repro_command, run_case
+    """Run the test's scenario (its `dc_scenario` mark, else parity) of a kernel on a case through
+    the door (door.py: reproduce line, GPU slot, isolation or time limit), record the result for
+    the test's report row, return the CaseResult. `record=False` for cases that are not the
+    test's own row (fuzz examples); `repro` replaces the reproduce line."""
+    from . import door
+    suite = dc_state.suite_arg(request.node.path, request.config.rootpath)
 
-    def run(kp, case, **kw):
-        suite = dc_state.suite_arg(request.node.path, request.config.rootpath)
-        repro = repro_command(kp.spec, case, dc_state.case_set, dc_state.device, suite=suite, pyargs=dc_state.pyargs)
-        with case_on_shared_gpu(case, dc_state.device, dc_state.workers_per_device):
-            if dc_state.isolation == "process":
-                if dc_state.runner is None:
-                    from .isolation import IsolatedRunner
-                    dc_state.runner = IsolatedRunner(dc_state.device, dc_state.case_timeout)
-                res = dc_state.runner.run(kp.spec, case, repro=repro, **kw)
-                res.kernel = kp.name
-            else:
-                with in_process_timeout(request.config, dc_state.case_timeout, f"{kp.name} on {case.id}"):
-                    res = run_case(kp.kernel, case, dc_state.device, repro=repro, **kw)
-        res.extra["text"] = failure_text(res, case)
-        request.node.user_properties.append(("dc_result", json.dumps(res.to_dict())))
+    def run(kp, case, scenario=None, record=True, repro=""):
+        res = door.run(dc_state, request.config, kp, scenario or scenario_of(request.node), case, suite, repro)
+        if record:
+            request.node.stash[_RESULT] = res.to_dict()
         return res
 
     return run
@@ -185,16 +188,28 @@ def dc_run(request, dc_state):
 
 # ---- report rows: from the items' parameters, gathered on the controller -------------------
 
+RESULT_FIELDS = ("message", "repro", "seconds", "verdict", "phases", "kernel_note")  # of CaseResult.to_dict()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
+    """The test's one report row, built where it ran (an xdist worker) and carried to the
+    controller in the report's user properties."""
     report = yield
     callspec = getattr(item, "callspec", None)
+    from .state import KernelParam
     kp = callspec.params.get("dc_kernel") if callspec is not None else None
-    if kp is None or state_of(item.config) is None:
+    if not isinstance(kp, KernelParam) or state_of(item.config) is None:  # an empty parameter set: NOTSET
         return report
     case = callspec.params.get("dc_case")
     row = {"test": f"{item.path.stem}::{item.originalname}", "kernel": kp.name, "spec": kp.spec,
-           "case": case.id if case is not None else "", "param": item.name[len(item.originalname):]}
+           "case": getattr(case, "id", ""), "scenario": scenario_of(item) if case is not None else "", "param": item.name[len(item.originalname):]}
+    result = item.stash.get(_RESULT, None)
+    if result is None and "dc_result" in dict(item.user_properties):  # a suite recording its own verdict (perf)
+        result = json.loads(dict(item.user_properties)["dc_result"])
+    if result is not None and call.when == "call":
+        row.update({k: result[k] for k in RESULT_FIELDS if k in result})
+    report.user_properties = [p for p in report.user_properties if p[0] != "dc_result"]
     report.user_properties.append(("dc_row", json.dumps(row)))
     return report
 
@@ -208,8 +223,7 @@ def pytest_runtest_logreport(report):
     if "dc_row" not in props:
         return
     from .report import row_from_report
-    row = row_from_report(report, json.loads(props["dc_row"]),
-                          json.loads(props["dc_result"]) if "dc_result" in props else None)
+    row = row_from_report(report, json.loads(props["dc_row"]))
     if row is not None:
         config.stash.setdefault(REPORT, []).append(row)
 
@@ -257,14 +271,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"decode-conformance report: {written[0]} and {written[1]}")
     if s.ledger.entries:
         from .case_sets import build_set
+        from .scenarios import fixed_cases
         ids = [c.id for c in build_set(s.case_set, s.profile)]
+        ids += [c.id for cs in fixed_cases(s.profile).values() for c in cs]
         pairs = [(k.name, c) for k in s.kernels for c in ids]
         for entry in s.ledger.unused(pairs, s.gpu_class):
             tr.write_line(f"ledger warning: entry matches no case in this run: {entry.describe()}", yellow=True)
 
 
-def conformance_failure(result) -> None:
+def conformance_failure(result, case) -> None:
     """Fail a test with the verdict, why the case exists and the reproduce line - and none of
     pytest's assertion rewriting noise."""
-    pytest.fail(result.extra["text"], pytrace=False)
+    from .runner import failure_text
+    pytest.fail(failure_text(result, case), pytrace=False)
 

@@ -26,8 +26,9 @@ def _reason(report) -> str:
     return text.strip()
 
 
-def row_from_report(report, row: dict, result: Optional[dict]) -> Optional[dict]:
-    """One report row from a test report and the parameters its item carried (`row`)."""
+def row_from_report(report, row: dict) -> Optional[dict]:
+    """One report row from a test report and the row its item carried (parameters, and the
+    result fields where the test ran a case through the door)."""
     if report.when == "setup" and report.skipped:
         reason = _reason(report)
         row.update(status="quarantined" if reason.startswith("quarantined") else "skipped", message=reason)
@@ -37,8 +38,6 @@ def row_from_report(report, row: dict, result: Optional[dict]) -> Optional[dict]
         return row
     if report.when != "call":
         return None
-    if result is not None:
-        row.update({k: result[k] for k in ("message", "repro", "seconds", "verdict", "phases") if k in result})
     if hasattr(report, "wasxfail"):
         row["status"] = "xfailed" if report.skipped else "xpassed"
     elif report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
@@ -49,7 +48,7 @@ def row_from_report(report, row: dict, result: Optional[dict]) -> Optional[dict]
         row.update(status="skipped", message=_reason(report))
     else:
         row["status"] = "passed" if report.passed else "failed"
-        if report.failed and result is None:
+        if report.failed and "message" not in row:
             row["message"] = _reason(report)[-2000:]
     return row
 
@@ -139,12 +138,13 @@ def markdown(rows: list[dict], env: dict, empty: list[str]) -> str:
     for name, k in env.get("kernels", {}).items():
         lines.append(f"- kernel `{name}`: `{k['spec']}` ({k['caps']})")
     lines += ["", "<details><summary>All rows</summary>", "",
-              "| kernel | test | case | status | worst row / budget | cosine | seconds |", "|---|---|---|---|---|---|---|"]
+              "| kernel | test | case | status | worst row / budget | cosine | seconds | kernel note |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["kernel"], r["test"], r.get("case", ""))):
         v = r.get("verdict") or {}
         lines.append(f"| {r['kernel']} | {r['test']} | `{r.get('case') or r.get('param', '')}` | "
                      f"{_ICON.get(r['status'], r['status'])} | {_fmt(v.get('worst_row_ratio'))} | "
-                     f"{_fmt(v.get('cosine'), '.6f')} | {_fmt(r.get('seconds'), '.3g')} |")
+                     f"{_fmt(v.get('cosine'), '.6f')} | {_fmt(r.get('seconds'), '.3g')} | {r.get('kernel_note', '')} |")
     lines += ["", "</details>"]
     return "\n".join(lines) + "\n"
 

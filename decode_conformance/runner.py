@@ -34,17 +34,30 @@ class CaseResult:
     message: str = ""
     repro: str = ""
     seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
+    scenario: str = "parity"
+    phases: dict = field(default_factory=dict)  # seconds per step: build, reference, launch, judge
+    kernel_note: str = ""  # what the kernel said it chose (DecodeBatch.kernel_note), shown in the report
+    worker_log: list = field(default_factory=list)  # the isolation worker's last lines on a crash or hang
+    output: Optional[torch.Tensor] = field(default=None, repr=False)  # only when asked for (keep_output)
 
     @property
     def ok(self) -> bool:
         return self.status == "passed"
 
     def to_dict(self) -> dict:
-        return {"kernel": self.kernel, "case": self.case_id, "status": self.status, "message": self.message,
-                "repro": self.repro, "seconds": round(self.seconds, 4),
-                "phases": self.extra.get("phases", {}),
+        return {"kernel": self.kernel, "case": self.case_id, "scenario": self.scenario, "status": self.status,
+                "message": self.message, "repro": self.repro, "seconds": round(self.seconds, 4),
+                "phases": self.phases, "kernel_note": self.kernel_note,
                 "verdict": self.verdict.to_dict() if self.verdict else None}
+
+
+class KernelFault(Exception):
+    """What the kernel did wrong in one step (raised, returned no launch, replaced a buffer,
+    wrote an input): the case fails with this message."""
+
+
+class CaseBuildError(Exception):
+    """Building a case's tensors or its yardstick failed: the suite's problem, reported per case."""
 
 
 def repro_command(kernel_spec: str, case: Case, case_set: str, device: str, suite: str = "suites/parity",
@@ -103,18 +116,74 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_case(kernel: DecodeKernel, case: Case, device="cpu", seed: Optional[int] = None,
-             thresholds: Optional[Thresholds] = None, repro: str = "", keep_output: bool = False) -> CaseResult:
+def guarded(batch: DecodeBatch, step, what: str = ""):
+    """Run one kernel step (a plan, a launch, a graph replay) under the contract's checks: an
+    exception, a replaced out/lse buffer or a changed input raises KernelFault naming it (`what`
+    says which step, for scenarios of several). Returns the step's return value."""
+    guard = InputGuard(batch.inputs())
+    out_buf, lse_buf = batch.out, batch.lse
+    _sync(batch.device)
+    try:
+        value = step()
+        _sync(batch.device)
+    except Exception as e:
+        raise KernelFault(f"{what}kernel raised: {type(e).__name__}: {e}\n  kernel traceback (suite frames "
+                          "trimmed):\n" + kernel_traceback(e)) from None
+    problem = _check_outputs(batch, out_buf, lse_buf)
+    written = guard.changes(batch.inputs())
+    if written:
+        problem = (problem + "; " if problem else "") + "kernel wrote to its inputs: " + "; ".join(written)
+    if problem:
+        raise KernelFault(what + problem)
+    return value
+
+
+def plan(kernel: DecodeKernel, batch: DecodeBatch, what: str = ""):
+    """kernel.plan(batch) under the contract's checks; the launch it returned."""
+    launch = guarded(batch, lambda: kernel.plan(batch), what)
+    if not callable(launch):
+        raise KernelFault(f"{what}plan() returned {type(launch).__name__}, not a callable: plan(batch) must return "
+                          "a zero-argument function that launches the kernel")
+    return launch
+
+
+def launch(batch: DecodeBatch, fn, what: str = "") -> None:
+    """One launch of a planned kernel under the contract's checks."""
+    guarded(batch, fn, what)
+
+
+def build_checked(kernel: DecodeKernel, case: Case, device, seed: Optional[int] = None,
+                  phases: Optional[dict] = None) -> tuple[DecodeBatch, Reference, TierResult]:
+    """The kernel's batch and its yardstick; CaseBuildError when the suite cannot build them."""
     t0 = time.perf_counter()
-    res = CaseResult(kernel=kernel.name, case_id=case.id, status="failed", repro=repro, extra={"phases": {}})
     try:
         batch = prepare(kernel, case, device, seed)
-        res.extra["phases"]["build"] = round(time.perf_counter() - t0, 4)
         t = time.perf_counter()
         ref, tier = yardstick(kernel, case, batch)
-        res.extra["phases"]["reference"] = round(time.perf_counter() - t, 4)
-    except Exception as e:  # a factory or reference bug is the suite's, but report it per case
-        res.status, res.message = "error", f"building the case failed: {type(e).__name__}: {e}"
+    except Exception as e:
+        raise CaseBuildError(f"building the case failed: {type(e).__name__}: {e}") from None
+    if phases is not None:
+        phases["build"] = round(t - t0, 4)
+        phases["reference"] = round(time.perf_counter() - t, 4)
+    return batch, ref, tier
+
+
+def verdict_of(kernel: DecodeKernel, case: Case, batch: DecodeBatch, ref: Reference, tier: TierResult,
+               thresholds: Optional[Thresholds] = None) -> Verdict:
+    """The judge on the batch's current output (the LSE only where the kernel returns one)."""
+    return judge(case, batch.out, batch.lse if kernel.caps.lse else None, ref.out, ref.lse, ref.visible,
+                 tier.outs, tier.lse, batch.sinks, thresholds)
+
+
+def run_case(kernel: DecodeKernel, case: Case, device="cpu", seed: Optional[int] = None,
+             thresholds: Optional[Thresholds] = None, repro: str = "", keep_output: bool = False) -> CaseResult:
+    """The parity check: one plan, one launch, the verdict."""
+    t0 = time.perf_counter()
+    res = CaseResult(kernel=kernel.name, case_id=case.id, status="failed", repro=repro)
+    try:
+        batch, ref, tier = build_checked(kernel, case, device, seed, res.phases)
+    except CaseBuildError as e:
+        res.status, res.message = "error", str(e)
         return res
     res = run_prepared(kernel, case, batch, ref, tier, thresholds=thresholds, keep_output=keep_output, result=res)
     res.seconds = time.perf_counter() - t0
@@ -127,38 +196,21 @@ def run_prepared(kernel: DecodeKernel, case: Case, batch: DecodeBatch, ref: Refe
     """The launch and the verdict on a batch whose yardstick is already computed (from its
     inputs, before any kernel touched them)."""
     t0 = time.perf_counter()
-    res = result or CaseResult(kernel=kernel.name, case_id=case.id, status="failed", extra={"phases": {}})
+    res = result or CaseResult(kernel=kernel.name, case_id=case.id, status="failed")
     res.status = "failed"
-    phases = res.extra.setdefault("phases", {})
-    guard = InputGuard(batch.inputs())
-    _sync(batch.device)
-    out_buf, lse_buf = batch.out, batch.lse
     try:
-        launch = kernel.plan(batch)
-        if not callable(launch):
-            res.message = (f"plan() returned {type(launch).__name__}, not a callable: plan(batch) must return a "
-                           "zero-argument function that launches the kernel")
-            return res
-        launch()
-        _sync(batch.device)
-    except Exception as e:
-        res.message = (f"kernel raised: {type(e).__name__}: {e}\n  kernel traceback (suite frames trimmed):\n"
-                       + kernel_traceback(e))
+        launch(batch, plan(kernel, batch))
+    except KernelFault as e:
+        res.message = str(e)
         return res
+    finally:
+        res.kernel_note = batch.kernel_note
     t = time.perf_counter()
-    phases["launch"] = round(t - t0, 4)
-    problem = _check_outputs(batch, out_buf, lse_buf)
-    written = guard.changes(batch.inputs())
-    if written:
-        problem = (problem + "; " if problem else "") + "kernel wrote to its inputs: " + "; ".join(written)
-    if problem:
-        res.message = problem
-        return res
-    verdict = judge(case, batch.out, batch.lse if kernel.caps.lse else None, ref.out, ref.lse, ref.visible,
-                    tier.outs, tier.lse, batch.sinks, thresholds)
-    phases["judge"] = round(time.perf_counter() - t, 4)
+    res.phases["launch"] = round(t - t0, 4)
+    verdict = verdict_of(kernel, case, batch, ref, tier, thresholds)
+    res.phases["judge"] = round(time.perf_counter() - t, 4)
     if keep_output:
-        res.extra["output"] = batch.out.detach().cpu().clone()
+        res.output = batch.out.detach().cpu().clone()
     res.verdict = verdict
     res.status = "passed" if verdict.passed else "failed"
     res.message = verdict.summary()
@@ -172,8 +224,7 @@ def failure_text(res: CaseResult, case: Case) -> str:
     lines.append(f"  seed={case.seed}")
     if res.repro:
         lines.append(f"  reproduce: {res.repro}")
-    log = res.extra.get("worker_log")
-    if log:  # set by the isolation worker on a crash or hang
+    if res.worker_log:  # set by the isolation worker on a crash or hang
         lines.append("  isolation worker output (last lines):")
-        lines += [f"    {ln}" for ln in log]
+        lines += [f"    {ln}" for ln in res.worker_log]
     return "\n".join(lines)

@@ -23,7 +23,7 @@ from typing import Optional
 
 import pytest
 
-from . import hardware
+from . import devices, hardware
 
 ISOLATION_MODES = ("none", "process")
 DEFAULT_CASE_TIMEOUT = {"gpu": 600.0, "cpu": 900.0}
@@ -62,23 +62,32 @@ class RunState:
     pyargs: bool
     require_cases: bool
     case_ids: list[str] = field(default_factory=list)
-    runner: object = None  # isolation.IsolatedRunner, started on the first isolated case
+    runner: object = None  # isolation.IsolatedRunner, started by door.py on the first isolated case
     workers_per_device: int = 1
     free_memory_gb: Optional[float] = None  # this process's share of the device's free memory
 
     @property
     def profile(self) -> str:
-        return "interpreter" if self.device == "cpu" else "gpu"
+        return devices.profile_of(self.device)
 
     @property
     def device_type(self) -> str:
-        return "cpu" if self.device == "cpu" else "cuda"
+        return devices.device_type(self.device)
 
     @cached_property
     def cases(self) -> list:
         """The selected case set (and --case-id filter), validated when the state was built."""
         from .case_sets import build_set
         cases = build_set(self.case_set, self.profile)
+        if self.case_ids:
+            wanted = set(self.case_ids)
+            cases = [c for c in cases if c.id in wanted]
+        return cases
+
+    def scenario_cases(self, scenario: str) -> list:
+        """The fixed cases of a scenario (scenarios.py) for this profile, after --case-id."""
+        from .scenarios import get
+        cases = [c for group in get(scenario).fixed_cases(self.profile) for c in group]
         if self.case_ids:
             wanted = set(self.case_ids)
             cases = [c for c in cases if c.id in wanted]
@@ -97,10 +106,15 @@ class RunState:
         except ValueError:
             return str(path.parent)
 
-    def case_marks(self, kp: KernelParam, case) -> list:
-        """Skips (missing capability, memory, fp8 MMA on a class without it) and ledger marks."""
+    def case_marks(self, kp: KernelParam, case, scenario: str = "parity") -> list:
+        """Skips (the scenario does not apply, missing capability, memory, fp8 MMA on a class
+        without it) and ledger marks."""
         from .memory import case_bytes
+        from .scenarios import get
         marks = [pytest.mark.decode_case]
+        why = get(scenario).skip_reason(kp.kernel, case, self.device)
+        if why:
+            return marks + [pytest.mark.skip(reason=why)]
         missing = kp.kernel.caps.missing_for(case, self.device_type)
         if missing:
             return marks + [pytest.mark.skip(reason=f"{kp.name} lacks: {', '.join(missing)}")]
@@ -178,7 +192,7 @@ def resolve_isolation(device: str, isolation: Optional[str], timeout: Optional[f
     """(--isolation, --case-timeout) after defaults: process isolation and 600 s on a GPU,
     none and 900 s on cpu (where kernels are plain Python under the interpreter and a
     worker process would only cost time). A timeout of 0 means none (returned as None)."""
-    kind = "cpu" if device == "cpu" else "gpu"
+    kind = "cpu" if devices.is_cpu(device) else "gpu"
     isolation = isolation or ("none" if kind == "cpu" else "process")
     if isolation not in ISOLATION_MODES:
         raise pytest.UsageError(f"--isolation: expected one of {ISOLATION_MODES}, got {isolation!r}")
@@ -242,15 +256,24 @@ def _validate_case_selection(case_set: str, case_ids: list[str], profile: str) -
         raise pytest.UsageError(f"--case-set={case_set}: {e}") from None
     if not case_ids:
         return
-    known = {c.id for c in cases}
+    if case_set == "fuzz":
+        raise pytest.UsageError("--case-id with --case-set=fuzz: fuzz mode draws its cases; re-run one drawn case "
+                                "with the 'reproduce this case' line it printed (python -m decode_conformance.fuzz "
+                                "--case ...)")
+    from .scenarios import fixed_cases
+
+    def ids(prof: str, listed: list) -> set:
+        return {c.id for c in listed} | {c.id for cs in fixed_cases(prof).values() for c in cs}
+
+    known = ids(profile, cases)
     unknown = [w for w in case_ids if w not in known]
     if not unknown:
         return
     other = "gpu" if profile == "interpreter" else "interpreter"
     try:
-        other_ids = {c.id for c in build_set(case_set, other)}
+        other_ids = ids(other, build_set(case_set, other))
     except ValueError:
-        other_ids = set()
+        other_ids = ids(other, [])
     lines = []
     for w in unknown:
         if w in other_ids:
@@ -289,7 +312,7 @@ def build_state(config) -> RunState:
     if device == "cpu":
         # Must precede the definition of any kernel's Triton functions in this process; the
         # isolation worker runs the same function.
-        from .isolation import use_interpreter
+        from .devices import use_interpreter
         use_interpreter()
     elif os.environ.get("TRITON_INTERPRET") == "1":
         raise pytest.UsageError("TRITON_INTERPRET=1 is set but --device is a GPU: unset it or pass --device=cpu")
@@ -297,7 +320,7 @@ def build_state(config) -> RunState:
     if gpu_class not in hardware.known_classes():
         raise pytest.UsageError(f"--gpu-class={gpu_class}: not a row of the GPU class table; expected one of "
                                 f"{sorted(hardware.known_classes())}")
-    profile = "interpreter" if device == "cpu" else "gpu"
+    profile = devices.profile_of(device)
     case_set = config.getoption("--case-set") or os.environ.get("DECODE_CONFORMANCE_CASE_SET") or "parity"
     case_ids = list(config.getoption("--case-id") or [])
     _validate_case_selection(case_set, case_ids, profile)
@@ -324,7 +347,7 @@ def list_kernels(config) -> int:
     """--list-kernels: every kernel spec with its capabilities, or why it does not load. Exit
     code 0 when all load, pytest's usage-error code otherwise."""
     if _device(config) == "cpu":
-        from .isolation import use_interpreter
+        from .devices import use_interpreter
         use_interpreter()
     from .kernel_api import KernelLoadError, kernel_specs, load_kernel
     bad = 0

@@ -360,22 +360,23 @@ def _errors(case: Case, kernel, out, device) -> dict:
 def run(spec: str, kernel, device: str = "cpu", kernel_spec: Optional[str] = None) -> list[dict]:
     """Every workload of `spec` through runner.run_case (judge, poisoning, input checks), as
     trace records."""
+    from .devices import device_type
     from .runner import failure_text, repro_command, run_case
     env = environment(device)
     out = []
     for w in load(spec):
         case = w.case
-        if kernel.caps.missing_for(case, "cpu" if device == "cpu" else "cuda"):
+        if kernel.caps.missing_for(case, device_type(device)):
             continue
         repro = repro_command(kernel_spec or kernel.name, case, f"trace:{spec}", device)
         res = run_case(kernel, case, device, repro=repro, keep_output=True)
         status = _status(res.status, res.message, res.verdict.to_dict() if res.verdict else None)
         corr = perf = None
         if status in ("PASSED", "INCORRECT_NUMERICAL"):
-            corr = _errors(case, kernel, res.extra["output"], device)
+            corr = _errors(case, kernel, res.output, device)
             corr["extra"] = _extra(case, res.verdict.to_dict() if res.verdict else None)
         if status == "PASSED":
-            perf = _performance(res.extra.get("phases", {}))
+            perf = _performance(res.phases)
         out.append(record(w, kernel.name, status, env, failure_text(res, case), corr, perf))
     return out
 
@@ -489,7 +490,7 @@ def main(argv=None) -> int:
         recs = export(args.report, args.workloads)
     else:
         if args.device == "cpu":
-            from .isolation import use_interpreter
+            from .devices import use_interpreter
             use_interpreter()
         from .kernel_api import kernel_specs, load_kernel
         spec = kernel_specs([args.kernel], env="")[0]

@@ -162,7 +162,7 @@ def _union_caps(a: Capabilities, b: Capabilities) -> Capabilities:
 
 class DispatchKernel:
     """Suite adapter. The path is chosen at plan time from the batch's host-side lengths (or the
-    capture policy when planned inside a capture) and recorded in batch.extras["dispatch_path"].
+    capture policy when planned inside a capture) and reported in batch.kernel_note ("path=lean" or "path=split").
     Features one kernel lacks go to the other: soft-cap, sinks and forced split counts to
     split-K (so caps are the union)."""
 
@@ -189,5 +189,5 @@ class DispatchKernel:
 
     def plan(self, batch) -> Callable[[], None]:
         path = self.path_for(batch)
-        batch.extras["dispatch_path"] = path
+        batch.kernel_note = f"path={path}"
         return (self.lean if path == LEAN else self.split).plan(batch)

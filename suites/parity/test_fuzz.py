@@ -1,23 +1,24 @@
 """Fuzz mode (`--case-set=fuzz`): hypothesis draws valid cases across every axis for each
-kernel under test, runs them through the same judge, poisoning and input checks as parity,
-and on a failure shrinks to a minimal case, printed as a paste-ready regression record with
-its reproduce lines (decode_conformance/fuzz.py). Options: --fuzz-examples, --fuzz-seed,
---fuzz-database, --fuzz-shrink-seconds. Skipped (at no cost) in any other case set."""
+kernel under test, runs each through the same door as parity (isolation, time limit, input
+checks, the judge), and on a failure shrinks to a minimal case, printed as a paste-ready
+regression record with its reproduce lines (decode_conformance/fuzz.py). Options:
+--fuzz-examples, --fuzz-seed, --fuzz-database, --fuzz-shrink-seconds. Skipped (at no cost) in
+any other case set."""
 import pytest
 
 
-def test_fuzz(dc_kernel, dc_state, request):
+def test_fuzz(dc_kernel, dc_state, dc_run, request):
     if dc_state.case_set != "fuzz":
         pytest.skip("fuzz mode only: run with --case-set=fuzz")
     missing = dc_kernel.kernel.caps.unavailable
     if missing:
         pytest.skip(f"{dc_kernel.name} lacks: {missing}")
     from decode_conformance.fuzz import fuzz, options_from_config
-    opts = options_from_config(request.config)
     suite = dc_state.suite_arg(request.node.path, request.config.rootpath)
     suite += ".test_fuzz" if dc_state.pyargs else "/test_fuzz.py"
     outcome = fuzz(dc_kernel.kernel, dc_state.device, dc_state.profile, kernel_spec=dc_kernel.spec, suite=suite,
-                   pyargs=dc_state.pyargs, **opts)
+                   pyargs=dc_state.pyargs, run_one=lambda case, repro: dc_run(dc_kernel, case, "parity", False, repro),
+                   **options_from_config(request.config))
     print(outcome.text())
     if outcome.failed:
         pytest.fail(outcome.text(), pytrace=False)

@@ -181,3 +181,45 @@ def _ulp_per_request(batch):
 
 invariant = _DeclaredInvariant("faulty_invariant", _correct)
 batch_dependent = _BatchDependent("faulty_batch_dependent", _ulp_per_request)
+
+
+class _Relaunch(FaultyKernel):
+    """Correct on the first launch of each plan; on the second launch of the same plan (what a
+    CUDA-graph replay or a relaunch does) it runs `on_relaunch` instead. Declares graph safety
+    and determinism so every scenario that relaunches or re-plans applies to it."""
+    caps = Capabilities(window_convention="counts-current", cuda_graph_safe=True, deterministic=True)
+
+    def plan(self, batch):
+        launches = []
+
+        def launch():
+            launches.append(1)
+            (self._launch if len(launches) > 1 else _correct)(batch)
+        return launch
+
+
+# Out-of-tree kernels that die on a relaunch of one plan: the process aborts / the launch hangs
+# (on a GPU the replay of a captured graph is such a relaunch; on a CPU the second eager launch).
+abort_on_relaunch = _Relaunch("faulty_abort_on_relaunch", _abort)
+hang_on_relaunch = _Relaunch("faulty_hang_on_relaunch", _hang)
+
+
+class _EveryScenario(FaultyKernel):
+    """Declares every property a scenario checks, so each one runs it."""
+    caps = Capabilities(window_convention="counts-current", cuda_graph_safe=True, deterministic=True,
+                        batch_invariant=True)
+
+
+def _writes_q(batch):
+    _correct(batch)  # the right output, from the pristine q; then q is scaled in place
+    batch.q.mul_(1.0 + 2 ** -7)
+
+
+def _replaces_out(batch):
+    batch.out = torch.empty_like(batch.out)  # same shape and dtype: only the buffer's identity differs
+    _correct(batch)
+
+
+# Contract violations every scenario must name as such (not as a mismatch they cause later).
+writes_q = _EveryScenario("faulty_writes_q", _writes_q)
+replaces_out = _EveryScenario("faulty_replaces_out", _replaces_out)

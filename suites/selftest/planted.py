@@ -135,10 +135,11 @@ class Tally:
 
 def study(inner_factory: Callable, bug: str, cases, device: str) -> Tally:
     """Run `inner + bug` on every case it can run; count affected / caught."""
+    from decode_conformance.devices import device_type
     from decode_conformance.runner import prepare, run_prepared, yardstick
     kernel = Planted(inner_factory(), bug)
     t = Tally(kernel=kernel.inner.name, bug=bug)
-    dev_type = "cpu" if device == "cpu" else "cuda"
+    dev_type = device_type(device)
     for case in cases:
         if kernel.caps.missing_for(case, dev_type):
             continue
@@ -163,7 +164,7 @@ def _job(args):
     from decode_conformance import _paths
     _paths.alias_checkout()
     if device == "cpu":
-        from decode_conformance.isolation import use_interpreter
+        from decode_conformance.devices import use_interpreter
         use_interpreter()
     from decode_conformance.case_sets import build_set
     from decode_conformance.kernel_api import load_kernel

@@ -1,6 +1,7 @@
 """The batch-invariance check holds a kernel to what it declares: bitwise identity for
 `batch_invariant` kernels (an ulp that moves with the batch fails), the row budget otherwise
 (the same kernel, not claiming it, passes)."""
+from decode_conformance.scenarios import fixed_cases
 from suites.selftest._subpytest import GOOD, faulty, run_pytest
 
 TEST = "suites/parity/test_batch_invariance.py"
@@ -9,8 +10,9 @@ TEST = "suites/parity/test_batch_invariance.py"
 def test_bitwise_claim_is_checked(tmp_path):
     run = run_pytest(TEST, "-q", f"--kernel={faulty('invariant')}", f"--kernel={faulty('batch_dependent')}",
                      f"--kernel={GOOD}", report=tmp_path / "r")
-    status = {(r["kernel"], r["param"]): r["status"] for r in run.report["results"]}
-    assert status[("faulty_invariant", "[faulty_invariant-gqa]")] == "passed", run.out[-2000:]
-    assert status[("faulty_batch_dependent", "[faulty_batch_dependent-gqa]")] == "failed", run.out[-2000:]
+    gqa = fixed_cases("interpreter")["batch-invariance"][0].id  # the bf16 GQA request
+    status = {(r["kernel"], r["case"]): r["status"] for r in run.report["results"]}
+    assert status[("faulty_invariant", gqa)] == "passed", run.out[-2000:]
+    assert status[("faulty_batch_dependent", gqa)] == "failed", run.out[-2000:]
     assert "is not bitwise the same as alone" in run.out and "the kernel declares batch_invariant" in run.out
-    assert status[("torch_gather", "[torch_gather-gqa]")] == "passed"  # not claimed: the row budget holds
+    assert status[("torch_gather", gqa)] == "passed"  # not claimed: the row budget holds

@@ -24,4 +24,4 @@ def test_byte_path_equals_typed_path(name, monkeypatch):
     assert tc.kv_operand(torch.zeros(2, dtype=torch.float8_e4m3fn))[1], "the byte path is not taken"
     as_bytes = run_case(kernel, CASE, "cpu", keep_output=True)
     assert typed.ok and as_bytes.ok, (typed.message, as_bytes.message)
-    assert torch.equal(typed.extra["output"].view(torch.int16), as_bytes.extra["output"].view(torch.int16))
+    assert torch.equal(typed.output.view(torch.int16), as_bytes.output.view(torch.int16))

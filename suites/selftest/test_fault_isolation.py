@@ -126,3 +126,54 @@ def test_timeout_without_isolation_ends_the_run_and_says_why():
     assert run.rc not in (0, 5), run.out[-2000:]
     assert f"faulty_hang on {case} gave no result within --case-timeout=1 s under --isolation=none" in run.out
     assert re.search(r"Timeout \(0:00:01\.5", run.out) and "_hang" in run.out, run.out[-2000:]
+
+
+def test_a_relaunch_that_kills_or_hangs_fails_only_its_own_scenario_case(tmp_path):
+    """Out-of-tree kernels correct on every first launch of a plan that abort the process /
+    hang on the second launch of one plan (a graph replay on a GPU): in the whole parity suite
+    under --isolation=process only their same-plan-twice case fails (crashed / hung), and every
+    other scenario's result before and after it is kept. --case-id picks scenario cases by id."""
+    from decode_conformance.scenarios import fixed_cases
+    fixed = fixed_cases("interpreter")
+    ids = small_case_ids(1) + [c.id for name in ("determinism", "same-plan-twice") for c in fixed[name]]
+    ids.append(fixed["batch-invariance"][0].id)
+    bad = {"faulty_abort_on_relaunch": r"^crashed: worker exited with signal SIGABRT; stack: .*_abort",
+           "faulty_hang_on_relaunch": rf"^hung: no result within {TIMEOUT_S} s \(kernel killed, worker restarted\)"}
+    specs = [faulty("abort_on_relaunch"), GOOD, faulty("hang_on_relaunch")]
+    run = run_pytest("suites/parity", "-q", "-rN", *[f"--kernel={s}" for s in specs], *[f"--case-id={c}" for c in ids],
+                     "--isolation=process", f"--case-timeout={TIMEOUT_S}", report=tmp_path / "report", timeout=400)
+    tail = run.out[-3000:]
+    assert run.rc == 1 and "INTERNALERROR" not in run.out, f"exit code {run.rc}\n{tail}"
+    rows = run.report["results"]
+    failed = sorted((r["kernel"], r["scenario"]) for r in rows if r["status"] in ("failed", "error", "xpassed"))
+    assert failed == sorted((k, "same-plan-twice") for k in bad), tail
+    for r in rows:
+        if r["status"] == "failed":
+            assert re.search(bad[r["kernel"]], r["message"]), r["message"]
+            assert f"--case-id={r['case']}" in shlex.split(r["repro"]), r["repro"]
+    kept = {(r["kernel"], r["scenario"]) for r in rows if r["status"] == "passed"}
+    for k in list(bad) + ["torch_gather"]:
+        for scenario in ("parity", "batch-invariance") + (("determinism",) if k in bad else ()):
+            assert (k, scenario) in kept, f"{k} {scenario}: no passed row\n{tail}"
+    assert all(r["case"] in ids for r in rows if r["case"]), "a case outside --case-id ran"
+
+
+def test_every_scenario_names_a_contract_violation_and_how_to_reproduce_it():
+    """A kernel that writes q, and one that hands back a new out tensor, fail determinism,
+    the relaunch of one plan and batch invariance with what they did (as parity says it), and
+    each failure prints the command that re-runs exactly that scenario case."""
+    from decode_conformance.scenarios import fixed_cases
+    fixed = fixed_cases("interpreter")
+    ids = [fixed[name][0].id for name in ("determinism", "same-plan-twice", "batch-invariance")]
+    said = {"faulty_writes_q": "kernel wrote to its inputs: q", "faulty_replaces_out": "kernel replaced batch.out with"}
+    run = run_pytest("suites/parity/test_determinism.py", "suites/parity/test_batch_invariance.py", "-q",
+                     *[f"--kernel={faulty(a)}" for a in ("writes_q", "replaces_out")],
+                     *[f"--case-id={c}" for c in ids], timeout=300)
+    assert run.rc == 1 and re.search(r"\b6 failed\b", run.out), run.out[-3000:]
+    for name, text in said.items():
+        for cid in ids:
+            block = re.search(rf"\[{name}\] {re.escape(cid)}: (?P<msg>.*?)\n  seed=.*?\n  reproduce: (?P<repro>[^\n]+)",
+                              run.out, re.S)
+            assert block and text in block["msg"], f"{name} {cid}\n{run.out[-3000:]}"
+            assert shlex.split(block["repro"])[:2] == ["pytest", "suites/parity"], block["repro"]
+            assert f"--case-id={cid}" in shlex.split(block["repro"]), block["repro"]

@@ -137,6 +137,27 @@ def test_fuzz_mode_under_pytest_prints_the_record():
     assert "reproduce the search:  pytest suites/parity/test_fuzz.py" in run.out
 
 
+@pytest.mark.parametrize("mode", [("-p", "no:xdist"), ("-n", "2", "--isolation=process")], ids=["no-xdist", "xdist"])
+def test_fuzz_mode_runs_the_whole_suite(tmp_path, mode):
+    """`pytest suites/parity --case-set=fuzz` as README documents it, with and without xdist
+    (and each drawn example through the isolated worker): the run ends in its verdict - exit
+    code 1 for the kernel whose fuzz found a failure, the other kernel's pass kept - never an
+    internal error, and the fuzz verdicts are the report's rows."""
+    from suites.selftest._subpytest import GOOD, faulty
+    run = run_pytest("suites/parity", "-q", *mode, f"--kernel={faulty('nan')}", f"--kernel={GOOD}",
+                     "--case-set=fuzz", "--fuzz-examples=3", "--fuzz-shrink-seconds=5", report=tmp_path / "r",
+                     timeout=600)
+    assert run.rc == 1 and "INTERNALERROR" not in run.out, run.out[-3000:]
+    status = {r["kernel"]: r["status"] for r in run.rows("test_fuzz")}
+    assert status == {"faulty_nan": "failed", "torch_gather": "passed"}, run.out[-3000:]
+    assert "shrunk to" in next(r["message"] for r in run.rows("test_fuzz") if r["status"] == "failed")
+
+
+def test_case_id_in_fuzz_mode_is_a_usage_error():
+    run = run_pytest("suites/parity", "-q", "--case-set=fuzz", "--case-id=bf16-contig-h8g4-d64-B1[1]-s1")
+    assert run.rc == 4 and "--case-id with --case-set=fuzz" in run.out, run.out[-2000:]
+
+
 def test_options_register_in_a_group():
     from decode_conformance import fuzz_options
     names = []

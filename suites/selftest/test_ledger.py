@@ -164,3 +164,24 @@ def test_entry_matching_nothing_prints_a_warning(ledger_runs):
     # Entry 5 names no kernel of the run; entry 3 is for sm_90 only and entry 4 for cpu only.
     assert sorted(w.rsplit("#", 1)[1] for w in _warned(run_cpu.out)) == ["3", "5"], run_cpu.out[-2000:]
     assert sorted(w.rsplit("#", 1)[1] for w in _warned(run_90.out)) == ["4", "5"], run_90.out[-2000:]
+
+
+def test_every_scenario_honours_the_ledger(tmp_path):
+    """A scenario's case is named by its id like a parity case: an entry naming the scenario
+    (`batch-invariance-*`) and one written for parity ids with a leading wildcard (`*-bf16-*`)
+    both turn the batch-invariance failures into xfails; without the ledger they fail."""
+    from decode_conformance.scenarios import fixed_cases
+    gqa = fixed_cases("interpreter")["batch-invariance"][0].id
+    args = ("suites/parity/test_batch_invariance.py", "-q", f"--kernel={faulty('batch_dependent')}",
+            f"--kernel={faulty('nan')}", f"--case-id={gqa}")
+    entries = [dict(kernel="faulty_batch_dependent", case="batch-invariance-*", kind="xfail", reason="ulp moves",
+                    issue=ISSUE),
+               dict(kernel="faulty_nan", case="*-bf16-*", kind="xfail", reason="NaN in row 0", issue=ISSUE)]
+    ledger = _write_ledger(tmp_path / "ledger.toml", entries)
+    runs = {"none": run_pytest(*args, report=tmp_path / "bare"),  # the shipped ledger: empty
+            "ledger": run_pytest(*args, f"--ledger={ledger}", report=tmp_path / "marked")}
+    for name, expected, rc in (("none", "failed", 1), ("ledger", "xfailed", 0)):
+        run = runs[name]
+        status = {r["kernel"]: r["status"] for r in run.report["results"] if r["case"] == gqa}
+        assert status == {"faulty_batch_dependent": expected, "faulty_nan": expected}, run.out[-2000:]
+        assert run.rc == rc, run.out[-2000:]

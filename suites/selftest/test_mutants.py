@@ -209,19 +209,6 @@ def test_shipped_kernel_passes_smoke_set(kernel_name):
     assert not failures, f"the unmutated {kernel_name} fails smoke cases:\n" + "\n".join(failures)
 
 
-def test_progress_after_a_poisoned_cuda_context():
-    """A GPU worker whose case hit an illegal address records that kill and stops (`restart`):
-    the cases after it go to a fresh worker instead of failing on the dead context."""
-    failed, running, done, restart_after = mu.read_progress(
-        "start 0\npass 0\nstart 1\nfail 1 an illegal memory access was encountered\nrestart 1\n")
-    assert failed == {1: "an illegal memory access was encountered"}
-    assert (running, done, restart_after) == (None, False, 1)
-    # a crash mid-case is still the started case; a finished worker is done
-    assert mu.read_progress("start 0\nfail 0 x\nstart 1\n")[1:] == (1, False, None)
-    assert mu.read_progress("skip 0\nstart 1\npass 1\ndone\n") == ({}, None, True, None)
-
-
-
 def test_fingerprint_ignores_docstrings_and_comments_not_code(tmp_path):
     src = 'def f(x):\n    """Scale x."""\n    return x * 2  # doubled\n'
     base = tmp_path / "a.py"
