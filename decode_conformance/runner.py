@@ -155,7 +155,7 @@ def run_prepared(kernel: DecodeKernel, case: Case, batch: DecodeBatch, ref: Refe
         res.message = problem
         return res
     verdict = judge(case, batch.out, batch.lse if kernel.caps.lse else None, ref.out, ref.lse, ref.visible,
-                    tier.outs, tier.lse, batch.sinks, thresholds)
+                    tier.outs, tier.lse, batch.sinks, thresholds, lse_slack=tier.lse_slack)
     phases["judge"] = round(time.perf_counter() - t, 4)
     if keep_output:
         res.extra["output"] = batch.out.detach().cpu().clone()

@@ -18,7 +18,7 @@ def _setup(case=CASE):
 
 
 def _judge(out, lse, ref, tier, case=CASE, sinks=None):
-    return judge(case, out, lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lse, sinks)
+    return judge(case, out, lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lse, sinks, lse_slack=tier.lse_slack)
 
 
 def test_rounded_reference_passes():
