@@ -13,7 +13,6 @@ perf guard times it. Point the suite at it with `--kernel=pkg.module:obj`,
 from __future__ import annotations
 
 import importlib
-import os
 import traceback
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Protocol, runtime_checkable
@@ -22,12 +21,10 @@ from .batch import DecodeBatch
 from .cases import DTYPES, WINDOW_CONVENTIONS, Case
 from .reference import DEQUANT_KV, FP8_MATH, FP8_Q_AND_P
 
-ENV_VAR = "DECODE_CONFORMANCE_KERNELS"
-ENTRY_POINT_GROUP = "decode_conformance.kernels"
-# Ours among the registered kernels: pyproject.toml registers the shipped kernels in
-# ENTRY_POINT_GROUP, the group an adopter's package registers its kernels in. That table is
-# the one list of shipped kernels.
-SHIPPED_PACKAGE = "decode_conformance_kernels"
+# Where kernel specs come from lives in a module without torch (the first usage checks of a run
+# happen before torch is imported); its names stay importable from here.
+from .discovery import (ENTRY_POINT_GROUP, ENV_VAR, SHIPPED_PACKAGE, entry_point_specs,  # noqa: E402,F401
+                        kernel_specs, shipped_specs)
 
 
 @dataclass(frozen=True)
@@ -183,47 +180,3 @@ def check_kernel(obj, origin: str = "") -> None:
                               f"got {obj.name!r}")
     if not callable(getattr(obj, "plan")):
         raise KernelLoadError(f"kernel{where}: plan must be a method plan(batch) -> launch")
-
-
-def entry_point_specs() -> dict[str, str]:
-    """{name: 'module:attr'} of every kernel registered in the `decode_conformance.kernels` group:
-    the installed distributions' entry points (ours and any adopter package's). A checkout that
-    is not pip-installed has no metadata: there the table comes from its pyproject.toml."""
-    from importlib.metadata import entry_points
-    eps = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    if not any(v.startswith(SHIPPED_PACKAGE + ".") for v in eps.values()):
-        eps = {**_checkout_entry_points(), **eps}
-    return eps
-
-
-def _checkout_entry_points() -> dict[str, str]:
-    import tomllib
-    from ._paths import checkout_root
-    root = checkout_root()
-    if root is None:
-        return {}
-    data = tomllib.loads((root / "pyproject.toml").read_text())
-    return dict(data.get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
-
-
-def shipped_specs() -> list[str]:
-    """The kernels this package ships (registered by its own pyproject.toml)."""
-    return [v for v in entry_point_specs().values() if v.startswith(SHIPPED_PACKAGE + ".")]
-
-
-def kernel_specs(cli: Iterable[str] = (), env: Optional[str] = None) -> list[str]:
-    """Which kernels to test: command line, then environment variable, then every registered
-    kernel (entry points). A registered name (e.g. `lean`) is accepted wherever a spec is."""
-    specs = [s for s in cli if s]
-    if not specs:
-        env = os.environ.get(ENV_VAR, "") if env is None else env
-        specs = [s.strip() for s in env.replace(";", ",").split(",") if s.strip()]
-    eps = entry_point_specs()
-    if not specs:
-        specs = list(eps.values())
-    out = []
-    for s in specs:
-        s = eps.get(s, s) if ":" not in s else s
-        if s not in out:
-            out.append(s)
-    return out
