@@ -164,8 +164,8 @@ def dot_rounding_terms(head_dim: int) -> int:
 def score_rounding_bound(qg: torch.Tensor, k: torch.Tensor, s: torch.Tensor, scale: float,
                          sinks: Optional[torch.Tensor] = None, softcap: Optional[float] = None) -> torch.Tensor:
     """The LSE's sensitivity to fp32 score rounding on one request, [Hkv, G] float64: d lse / d s_p
-    = P_p, so |d lse| <= sum_p P_p gamma u scale sum_i |q_i k_pi|. A soft-cap's tanh has slope
-    <= 1, and kernels compute it from an exponential, (1 - e) / (1 + e) with e = exp(-2|x|)
+    = P_p, so |d lse| <= sum_p P_p gamma u scale sum_i |q_i k_pi|, times the soft-cap's slope
+    1 - tanh^2 (near 0 for scores far past the cap) where there is one. Kernels compute it from an exponential, (1 - e) / (1 + e) with e = exp(-2|x|)
     (no overflow for s/cap >> 88): accurate to a few u absolute (the exponential, the
     subtraction, the division, the product with cap), so 4 u cap more. qg [Hkv, G, Dk], k
     [n, Hkv, Dk] as the scores saw them, s their scores [Hkv, G, n]."""
@@ -174,7 +174,10 @@ def score_rounding_bound(qg: torch.Tensor, k: torch.Tensor, s: torch.Tensor, sca
     logits = s.float() if sinks is None else torch.cat([s.float(), sinks.float()], dim=-1)
     p = torch.softmax(logits, dim=-1)[..., :s.shape[-1]]
     u = torch.finfo(torch.float32).eps / 2
-    capped = 4 * u * abs(softcap) if softcap else 0.0
+    capped = 0.0
+    if softcap:
+        mass = mass * (1 - (s.float() / softcap) ** 2).clamp_min(0)  # d cap tanh(x / cap) / dx = 1 - tanh^2
+        capped = 4 * u * abs(softcap)
     return dot_rounding_terms(qg.shape[-1]) * u * (p * mass).sum(-1).double() + capped
 
 
