@@ -13,6 +13,8 @@ _PUBLIC = {
     "Workspace": "batch",
     "Capabilities": "kernel_api",
     "DecodeKernel": "kernel_api",
+    "open_case": "inspect",
+    "run_one": "inspect",
 }
 __all__ = sorted(_PUBLIC)
 

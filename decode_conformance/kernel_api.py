@@ -13,12 +13,13 @@ perf guard times it. Point the suite at it with `--kernel=pkg.module:obj`,
 from __future__ import annotations
 
 import importlib
+import os
 import traceback
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Protocol, runtime_checkable
 
 from .batch import DecodeBatch
-from .cases import DTYPES, WINDOW_CONVENTIONS, Case
+from .cases import DTYPES, LAYOUTS, WINDOW_CONVENTIONS, Case
 from .reference import DEQUANT_KV, FP8_MATH, FP8_Q_AND_P
 
 # Where kernel specs come from lives in a module without torch (the first usage checks of a run
@@ -27,10 +28,23 @@ from .discovery import (ENTRY_POINT_GROUP, ENV_VAR, SHIPPED_PACKAGE, entry_point
                         kernel_specs, shipped_specs)
 
 
+DEVICES = ("cpu", "cuda")  # cpu: Triton's interpreter or plain torch; cuda: NVIDIA and ROCm GPUs
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a kernel supports. Each flag says which test consumes it; a case or test that
-    needs what a kernel lacks is skipped with a reason naming the flag (`missing_for`)."""
+    needs what a kernel lacks is skipped with a reason naming the flag (`missing_for`).
+    Reference, with accepted values and defaults: docs/kernel-contract.md, "Capabilities".
+
+    The case axes default to everything: a case a kernel cannot run then fails, loudly,
+    instead of being skipped unseen. The claims a kernel makes about itself (num_splits,
+    cuda_graph_safe, deterministic, batch_invariant) default to off: each turns on a test
+    that the kernel must then pass."""
 
     # Case axes (parity, batch invariance, fuzz: every case-driven test, via missing_for):
     kv_dtypes: frozenset = frozenset(DTYPES)
@@ -41,7 +55,7 @@ class Capabilities:
     mla: bool = True
     softcap: bool = True
     sinks: bool = True
-    devices: frozenset = frozenset({"cuda", "cpu"})  # cpu = Triton interpreter or torch
+    devices: frozenset = frozenset(DEVICES)
     max_pool_bytes: Optional[int] = None
     # metrics.judge: the LSE is checked only where the kernel returns it.
     lse: bool = True
@@ -53,7 +67,7 @@ class Capabilities:
     # suites/parity/test_cuda_graph.py and test_determinism.py::test_same_plan_launched_twice.
     cuda_graph_safe: bool = False
     # suites/parity/test_determinism.py::test_bitwise_repeatable.
-    deterministic: bool = True
+    deterministic: bool = False
     # suites/parity/test_batch_invariance.py: a request's output and LSE are bitwise the same
     # whatever else is in its batch (False: within the row budget instead).
     batch_invariant: bool = False
@@ -62,14 +76,38 @@ class Capabilities:
     unavailable: Optional[str] = None
 
     def __post_init__(self):
+        for name in ("kv_dtypes", "layouts", "devices", "page_sizes", "head_dims"):
+            value = getattr(self, name)
+            if value is None and name in ("page_sizes", "head_dims"):
+                continue
+            if isinstance(value, (str, bytes)) or not isinstance(value, (set, frozenset, list, tuple)):
+                raise ValueError(f"Capabilities.{name}: expected a set, e.g. frozenset({{...}}), got "
+                                 f"{type(value).__name__} {value!r}")
+            object.__setattr__(self, name, frozenset(value))
+        for name, allowed in (("kv_dtypes", DTYPES), ("layouts", LAYOUTS), ("devices", DEVICES)):
+            unknown = set(getattr(self, name)) - set(allowed)
+            if unknown or not getattr(self, name):
+                raise ValueError(f"Capabilities.{name}: expected a non-empty subset of {sorted(allowed)}, got "
+                                 f"{sorted(map(str, getattr(self, name)))}")
+        for name in ("page_sizes", "head_dims"):
+            value = getattr(self, name)
+            if value is not None and (not value or not all(_positive_int(v) for v in value)):
+                raise ValueError(f"Capabilities.{name}: expected None (any) or a non-empty set of positive ints, "
+                                 f"got {sorted(value, key=str)}")
+        if self.max_pool_bytes is not None and not _positive_int(self.max_pool_bytes):
+            raise ValueError(f"Capabilities.max_pool_bytes: expected None (no limit) or a positive int, "
+                             f"got {self.max_pool_bytes!r}")
+        for name in ("mla", "softcap", "sinks", "lse", "num_splits", "cuda_graph_safe", "deterministic",
+                     "batch_invariant"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Capabilities.{name}: expected True or False, got {getattr(self, name)!r}")
         if self.window_convention is not None and self.window_convention not in WINDOW_CONVENTIONS:
             raise ValueError(f"Capabilities.window_convention: expected None or one of {WINDOW_CONVENTIONS}, "
                              f"got {self.window_convention!r}")
-        unknown = set(self.kv_dtypes) - set(DTYPES)
-        if unknown:
-            raise ValueError(f"Capabilities.kv_dtypes: unknown {sorted(unknown)}; expected a subset of {sorted(DTYPES)}")
         if self.fp8_math not in FP8_MATH:
             raise ValueError(f"Capabilities.fp8_math: expected one of {FP8_MATH}, got {self.fp8_math!r}")
+        if self.unavailable is not None and not isinstance(self.unavailable, str):
+            raise ValueError(f"Capabilities.unavailable: expected None or a reason (str), got {self.unavailable!r}")
 
     @property
     def fp8_mma(self) -> bool:
@@ -146,8 +184,12 @@ def resolve_kernel(obj, spec: str) -> DecodeKernel:
     return obj
 
 
-def _trimmed(e: BaseException) -> str:
+def _trimmed(e: BaseException, user_frames_only: bool = False) -> str:
     tb = traceback.extract_tb(e.__traceback__)[1:]  # drop this module's own frame
+    if user_frames_only:  # the kernel module's lines, not importlib's or Capabilities' checks
+        own = os.path.dirname(os.path.abspath(__file__))
+        tb = [f for f in tb if not f.filename.startswith((own, "<frozen", "<string>"))] or tb
+        return "".join(traceback.format_list(tb)).rstrip()
     return "".join(traceback.format_list(tb) + traceback.format_exception_only(type(e), e)).rstrip()
 
 
@@ -159,7 +201,9 @@ def load_kernel(spec: str) -> DecodeKernel:
     try:
         mod = importlib.import_module(mod_name)
     except Exception as e:
-        raise KernelLoadError(f"kernel spec {spec!r}: cannot import {mod_name}:\n{_trimmed(e)}") from e
+        raise KernelLoadError(f"kernel spec {spec!r}: cannot import {mod_name}: {type(e).__name__}: {e}\n"
+                              f"  where (import machinery and this package's frames left out):\n"
+                              f"{_trimmed(e, user_frames_only=True)}") from e
     obj = mod
     for part in attr.split("."):
         if not hasattr(obj, part):
