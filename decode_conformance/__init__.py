@@ -14,6 +14,8 @@ _PUBLIC = {
     "Capabilities": "kernel_api",
     "DecodeKernel": "kernel_api",
     "ShapeRule": "kernel_api",
+    "open_case": "inspect",
+    "run_one": "inspect",
 }
 __all__ = sorted(_PUBLIC)
 

@@ -19,15 +19,20 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Protocol, runtime_checkable
 
 from .batch import DecodeBatch
-from .cases import DTYPES, WINDOW_CONVENTIONS, Case
+from .cases import DTYPES, LAYOUTS, WINDOW_CONVENTIONS, Case
 from .reference import DEQUANT_KV, FP8_MATH, FP8_Q_AND_P
 
-ENV_VAR = "DECODE_CONFORMANCE_KERNELS"
-ENTRY_POINT_GROUP = "decode_conformance.kernels"
-# Ours among the registered kernels: pyproject.toml registers the shipped kernels in
-# ENTRY_POINT_GROUP, the group an adopter's package registers its kernels in. That table is
-# the one list of shipped kernels.
-SHIPPED_PACKAGE = "decode_conformance_kernels"
+# Where kernel specs come from lives in a module without torch (the first usage checks of a run
+# happen before torch is imported); its names stay importable from here.
+from .discovery import (ENTRY_POINT_GROUP, ENV_VAR, SHIPPED_PACKAGE, entry_point_specs,  # noqa: E402,F401
+                        kernel_specs, shipped_specs)
+
+
+DEVICES = ("cpu", "cuda")  # cpu: Triton's interpreter or plain torch; cuda: NVIDIA and ROCm GPUs
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 # The case fields a ShapeRule may constrain (all ints on every case).
@@ -80,7 +85,13 @@ class ShapeRule:
 @dataclass(frozen=True)
 class Capabilities:
     """What a kernel supports. Each flag says which test consumes it; a case or test that
-    needs what a kernel lacks is skipped with a reason naming the flag (`missing_for`)."""
+    needs what a kernel lacks is skipped with a reason naming the flag (`missing_for`).
+    Reference, with accepted values and defaults: docs/kernel-contract.md, "Capabilities".
+
+    The case axes default to everything: a case a kernel cannot run then fails, loudly,
+    instead of being skipped unseen. The claims a kernel makes about itself (num_splits,
+    cuda_graph_safe, deterministic, batch_invariant) default to off: each turns on a test
+    that the kernel must then pass."""
 
     # Case axes (parity, batch invariance, fuzz: every case-driven test, via missing_for):
     kv_dtypes: frozenset = frozenset(DTYPES)
@@ -95,7 +106,7 @@ class Capabilities:
     mla: bool = True
     softcap: bool = True
     sinks: bool = True
-    devices: frozenset = frozenset({"cuda", "cpu"})  # cpu = Triton interpreter or torch
+    devices: frozenset = frozenset(DEVICES)
     max_pool_bytes: Optional[int] = None
     # metrics.judge: the LSE is checked only where the kernel returns it.
     lse: bool = True
@@ -107,7 +118,7 @@ class Capabilities:
     # suites/parity/test_cuda_graph.py and test_determinism.py::test_same_plan_launched_twice.
     cuda_graph_safe: bool = False
     # suites/parity/test_determinism.py::test_bitwise_repeatable.
-    deterministic: bool = True
+    deterministic: bool = False
     # suites/parity/test_batch_invariance.py: a request's output and LSE are bitwise the same
     # whatever else is in its batch (False: within the row budget instead).
     batch_invariant: bool = False
@@ -116,12 +127,34 @@ class Capabilities:
     unavailable: Optional[str] = None
 
     def __post_init__(self):
+        for name in ("kv_dtypes", "layouts", "devices", "page_sizes", "head_dims"):
+            value = getattr(self, name)
+            if value is None and name in ("page_sizes", "head_dims"):
+                continue
+            if isinstance(value, (str, bytes)) or not isinstance(value, (set, frozenset, list, tuple)):
+                raise ValueError(f"Capabilities.{name}: expected a set, e.g. frozenset({{...}}), got "
+                                 f"{type(value).__name__} {value!r}")
+            object.__setattr__(self, name, frozenset(value))
+        for name, allowed in (("kv_dtypes", DTYPES), ("layouts", LAYOUTS), ("devices", DEVICES)):
+            unknown = set(getattr(self, name)) - set(allowed)
+            if unknown or not getattr(self, name):
+                raise ValueError(f"Capabilities.{name}: expected a non-empty subset of {sorted(allowed)}, got "
+                                 f"{sorted(map(str, getattr(self, name)))}")
+        for name in ("page_sizes", "head_dims"):
+            value = getattr(self, name)
+            if value is not None and (not value or not all(_positive_int(v) for v in value)):
+                raise ValueError(f"Capabilities.{name}: expected None (any) or a non-empty set of positive ints, "
+                                 f"got {sorted(value, key=str)}")
+        if self.max_pool_bytes is not None and not _positive_int(self.max_pool_bytes):
+            raise ValueError(f"Capabilities.max_pool_bytes: expected None (no limit) or a positive int, "
+                             f"got {self.max_pool_bytes!r}")
+        for name in ("mla", "softcap", "sinks", "lse", "num_splits", "cuda_graph_safe", "deterministic",
+                     "batch_invariant"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Capabilities.{name}: expected True or False, got {getattr(self, name)!r}")
         if self.window_convention is not None and self.window_convention not in WINDOW_CONVENTIONS:
             raise ValueError(f"Capabilities.window_convention: expected None or one of {WINDOW_CONVENTIONS}, "
                              f"got {self.window_convention!r}")
-        unknown = set(self.kv_dtypes) - set(DTYPES)
-        if unknown:
-            raise ValueError(f"Capabilities.kv_dtypes: unknown {sorted(unknown)}; expected a subset of {sorted(DTYPES)}")
         if self.gqa_groups is not None and not (isinstance(self.gqa_groups, frozenset) and self.gqa_groups and all(
                 isinstance(g, int) and g >= 1 for g in self.gqa_groups)):
             raise ValueError(f"Capabilities.gqa_groups: expected None or a non-empty frozenset of ints >= 1 (query "
@@ -131,6 +164,8 @@ class Capabilities:
             raise ValueError(f"Capabilities.shape_rules: expected a tuple of ShapeRule, got {self.shape_rules!r}")
         if self.fp8_math not in FP8_MATH:
             raise ValueError(f"Capabilities.fp8_math: expected one of {FP8_MATH}, got {self.fp8_math!r}")
+        if self.unavailable is not None and not isinstance(self.unavailable, str):
+            raise ValueError(f"Capabilities.unavailable: expected None or a reason (str), got {self.unavailable!r}")
 
     @property
     def fp8_mma(self) -> bool:
@@ -218,8 +253,12 @@ def resolve_kernel(obj, spec: str) -> DecodeKernel:
     return obj
 
 
-def _trimmed(e: BaseException) -> str:
+def _trimmed(e: BaseException, user_frames_only: bool = False) -> str:
     tb = traceback.extract_tb(e.__traceback__)[1:]  # drop this module's own frame
+    if user_frames_only:  # the kernel module's lines, not importlib's or Capabilities' checks
+        own = os.path.dirname(os.path.abspath(__file__))
+        tb = [f for f in tb if not f.filename.startswith((own, "<frozen", "<string>"))] or tb
+        return "".join(traceback.format_list(tb)).rstrip()
     return "".join(traceback.format_list(tb) + traceback.format_exception_only(type(e), e)).rstrip()
 
 
@@ -231,7 +270,9 @@ def load_kernel(spec: str) -> DecodeKernel:
     try:
         mod = importlib.import_module(mod_name)
     except Exception as e:
-        raise KernelLoadError(f"kernel spec {spec!r}: cannot import {mod_name}:\n{_trimmed(e)}") from e
+        raise KernelLoadError(f"kernel spec {spec!r}: cannot import {mod_name}: {type(e).__name__}: {e}\n"
+                              f"  where (import machinery and this package's frames left out):\n"
+                              f"{_trimmed(e, user_frames_only=True)}") from e
     obj = mod
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -252,47 +293,3 @@ def check_kernel(obj, origin: str = "") -> None:
                               f"got {obj.name!r}")
     if not callable(getattr(obj, "plan")):
         raise KernelLoadError(f"kernel{where}: plan must be a method plan(batch) -> launch")
-
-
-def entry_point_specs() -> dict[str, str]:
-    """{name: 'module:attr'} of every kernel registered in the `decode_conformance.kernels` group:
-    the installed distributions' entry points (ours and any adopter package's). A checkout that
-    is not pip-installed has no metadata: there the table comes from its pyproject.toml."""
-    from importlib.metadata import entry_points
-    eps = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    if not any(v.startswith(SHIPPED_PACKAGE + ".") for v in eps.values()):
-        eps = {**_checkout_entry_points(), **eps}
-    return eps
-
-
-def _checkout_entry_points() -> dict[str, str]:
-    import tomllib
-    from ._paths import checkout_root
-    root = checkout_root()
-    if root is None:
-        return {}
-    data = tomllib.loads((root / "pyproject.toml").read_text())
-    return dict(data.get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
-
-
-def shipped_specs() -> list[str]:
-    """The kernels this package ships (registered by its own pyproject.toml)."""
-    return [v for v in entry_point_specs().values() if v.startswith(SHIPPED_PACKAGE + ".")]
-
-
-def kernel_specs(cli: Iterable[str] = (), env: Optional[str] = None) -> list[str]:
-    """Which kernels to test: command line, then environment variable, then every registered
-    kernel (entry points). A registered name (e.g. `lean`) is accepted wherever a spec is."""
-    specs = [s for s in cli if s]
-    if not specs:
-        env = os.environ.get(ENV_VAR, "") if env is None else env
-        specs = [s.strip() for s in env.replace(";", ",").split(",") if s.strip()]
-    eps = entry_point_specs()
-    if not specs:
-        specs = list(eps.values())
-    out = []
-    for s in specs:
-        s = eps.get(s, s) if ":" not in s else s
-        if s not in out:
-            out.append(s)
-    return out

@@ -47,7 +47,12 @@ class Reference:
 @dataclass
 class TierResult:
     out: torch.Tensor  # [B, Hq, Dv] in the output dtype
-    lse: Optional[torch.Tensor]  # [B, Hq] float64, when the tier's LSE differs from the exact one
+    # [B, Hq] float64: the LSE as the tier computes it (metrics.lse_budget's yardstick); None
+    # only from callers that build a TierResult by hand.
+    lse: Optional[torch.Tensor]
+    # [B, Hq] float64: a bound on what rounding the Dk products of each score to fp32 moves the
+    # LSE by (`score_rounding_bound`); part of the LSE budget's floor.
+    lse_slack: Optional[torch.Tensor] = None
     # Further realizations of the same arithmetic (FP8_Q_AND_P: other quantization grids for P);
     # a row's yardstick is the largest error over all of them.
     more: tuple = ()
@@ -142,7 +147,70 @@ def tier_attention(case: Case, batch: DecodeBatch, fp8_math: str = DEQUANT_KV) -
         raise ValueError(f"fp8_math: expected one of {FP8_MATH}, got {fp8_math!r}")
     if fp8_math == FP8_Q_AND_P and case.is_fp8:
         return _fp8_q_and_p(case, batch)
-    return TierResult(out=_in_query_dtype(case, batch), lse=None)
+    lse, slack = _lse_in_fp32(case, batch)
+    return TierResult(out=_in_query_dtype(case, batch), lse=lse, lse_slack=slack)
+
+
+def dot_rounding_terms(head_dim: int) -> int:
+    """gamma in |fl(q . k) - q . k| <= gamma * u * sum_i |q_i k_i| (u = eps32 / 2) for a
+    kernel's fp32 score, to first order: bf16 x bf16 and fp16 x fp16 products are exact in fp32;
+    the Dk of them are summed blockwise (MMA instructions reduce 16 at a time, blocks
+    accumulate in order: (b + n/b) u at b = 16, metrics.blocked_sum_terms); the products with
+    sm_scale and log2 e and the subtraction of the running max round four times more."""
+    from .metrics import blocked_sum_terms
+    return blocked_sum_terms(head_dim) + 4
+
+
+def score_rounding_bound(qg: torch.Tensor, k: torch.Tensor, s: torch.Tensor, scale: float,
+                         sinks: Optional[torch.Tensor] = None, softcap: Optional[float] = None) -> torch.Tensor:
+    """The LSE's sensitivity to fp32 score rounding on one request, [Hkv, G] float64: d lse / d s_p
+    = P_p, so |d lse| <= sum_p P_p gamma u scale sum_i |q_i k_pi|, times the soft-cap's slope
+    1 - tanh^2 (near 0 for scores far past the cap) where there is one. Kernels compute it from an exponential, (1 - e) / (1 + e) with e = exp(-2|x|)
+    (no overflow for s/cap >> 88): accurate to a few u absolute (the exponential, the
+    subtraction, the division, the product with cap), so 4 u cap more. qg [Hkv, G, Dk], k
+    [n, Hkv, Dk] as the scores saw them, s their scores [Hkv, G, n]."""
+    # A bound needs no precision of its own: fp32 throughout (a few % at most).
+    mass = torch.matmul(qg.abs().float(), k.abs().float().permute(1, 2, 0)) * abs(scale)
+    logits = s.float() if sinks is None else torch.cat([s.float(), sinks.float()], dim=-1)
+    p = torch.softmax(logits, dim=-1)[..., :s.shape[-1]]
+    u = torch.finfo(torch.float32).eps / 2
+    capped = 0.0
+    if softcap:
+        mass = mass * (1 - (s.float() / softcap) ** 2).clamp_min(0)  # d cap tanh(x / cap) / dx = 1 - tanh^2
+        capped = 4 * u * abs(softcap)
+    return dot_rounding_terms(qg.shape[-1]) * u * (p * mass).sum(-1).double() + capped
+
+
+def _lse_in_fp32(case: Case, batch: DecodeBatch) -> torch.Tensor:
+    """The LSE of the query-dtype tier the way its kernels compute it: q and K in the query
+    dtype (K dequantized to it, as `_in_query_dtype` does), scores, exponentials, their sum and
+    the log in fp32 (MMAs accumulate in fp32 and every kernel keeps its softmax statistics
+    there). Its error against the float64 LSE is what fp32 arithmetic costs on that row. Also
+    returns `score_rounding_bound` per row."""
+    dt = case.q_dtype
+    Hkv, G, Dk = case.num_kv_heads, case.group, case.head_dim
+    k_scale, _ = case.scales
+    k_slots = batch.k_slots()
+    indptr = batch.kv_indptr.tolist()
+    lse = torch.full((case.batch, case.num_q_heads), float("-inf"), dtype=torch.float64, device=batch.device)
+    slack = torch.zeros((case.batch, case.num_q_heads), dtype=torch.float64, device=batch.device)
+    sinks = batch.sinks.float().view(Hkv, G, 1) if batch.sinks is not None else None
+    for b in range(case.batch):
+        slots = _request_slots(case, batch, b, indptr)
+        if slots.numel() == 0:
+            if sinks is not None:
+                lse[b] = sinks.double().reshape(-1)
+            continue
+        k = (k_slots[slots].to(dt) * k_scale).to(dt).float()
+        qg = batch.q[b].float().view(Hkv, G, Dk)
+        s = torch.matmul(qg, k.permute(1, 2, 0)) * case.sm_scale  # [Hkv, G, n] fp32
+        if case.softcap is not None:
+            s = case.softcap * torch.tanh(s / case.softcap)
+        slack[b] = score_rounding_bound(qg, k, s, case.sm_scale, sinks, case.softcap).reshape(-1)
+        if sinks is not None:
+            s = torch.cat([s, sinks], dim=-1)
+        lse[b] = torch.logsumexp(s, dim=-1).double().reshape(-1)
+    return lse, slack
 
 
 def _in_query_dtype(case: Case, batch: DecodeBatch) -> torch.Tensor:
@@ -181,6 +249,7 @@ def _fp8_q_and_p(case: Case, batch: DecodeBatch) -> TierResult:
     grids = [2.0 ** (j / 4) for j in range(4)]
     outs = [torch.zeros((case.batch, case.num_q_heads, Dv), dtype=case.q_dtype, device=dev) for _ in grids]
     lse = torch.full((case.batch, case.num_q_heads), float("-inf"), dtype=torch.float64, device=dev)
+    slack = torch.zeros((case.batch, case.num_q_heads), dtype=torch.float64, device=dev)
     sinks = batch.sinks.float().view(Hkv, G) if batch.sinks is not None else None
     for b in range(case.batch):
         slots = _request_slots(case, batch, b, indptr)
@@ -194,6 +263,8 @@ def _fp8_q_and_p(case: Case, batch: DecodeBatch) -> TierResult:
         s = torch.einsum("hgd,nhd->hgn", q8, k) * (case.sm_scale * k_scale)
         if case.softcap is not None:
             s = case.softcap * torch.tanh(s / case.softcap)
+        slack[b] = score_rounding_bound(q8, k, s, case.sm_scale * k_scale,
+                                        sinks[..., None] if sinks is not None else None, case.softcap).reshape(-1)
         m = s.amax(-1, keepdim=True)
         p = torch.exp(s - m)
         z = p.sum(-1, keepdim=True)
@@ -209,4 +280,4 @@ def _fp8_q_and_p(case: Case, batch: DecodeBatch) -> TierResult:
         if sinks is not None:
             s64 = torch.cat([s64, sinks.double()[..., None]], dim=-1)
         lse[b] = torch.logsumexp(s64, dim=-1).reshape(-1)
-    return TierResult(out=outs[0], lse=lse, more=tuple(outs[1:]))
+    return TierResult(out=outs[0], lse=lse, more=tuple(outs[1:]), lse_slack=slack)

@@ -172,7 +172,7 @@ def verdict_of(kernel: DecodeKernel, case: Case, batch: DecodeBatch, ref: Refere
                thresholds: Optional[Thresholds] = None) -> Verdict:
     """The judge on the batch's current output (the LSE only where the kernel returns one)."""
     return judge(case, batch.out, batch.lse if kernel.caps.lse else None, ref.out, ref.lse, ref.visible,
-                 tier.outs, tier.lse, batch.sinks, thresholds)
+                 tier.outs, tier.lse, batch.sinks, thresholds, lse_slack=tier.lse_slack)
 
 
 def run_case(kernel: DecodeKernel, case: Case, device="cpu", seed: Optional[int] = None,

@@ -219,7 +219,17 @@ def _jit_functions_not_interpreted(module_names: list[str]) -> list[str]:
     return found
 
 
-def _load_kernels(specs: list[str], device: str) -> list[KernelParam]:
+def kernel_source(config) -> str:
+    """Where the kernel specs of this run come from, as a usage error should name it."""
+    from .discovery import ENV_VAR
+    if any(config.getoption("--kernel") or ()):
+        return "--kernel"
+    if os.environ.get(ENV_VAR, "").strip():
+        return ENV_VAR
+    return "the decode_conformance.kernels entry points"
+
+
+def _load_kernels(specs: list[str], device: str, source: str = "--kernel") -> list[KernelParam]:
     from .kernel_api import KernelLoadError, load_kernel
     preloaded = {s.split(":", 1)[0] for s in specs if s.split(":", 1)[0] in sys.modules}
     out, errors = [], []
@@ -229,11 +239,11 @@ def _load_kernels(specs: list[str], device: str) -> list[KernelParam]:
         except KernelLoadError as e:
             errors.append(str(e))
     if errors:
-        raise pytest.UsageError("--kernel: " + "\n\n".join(errors))
+        raise pytest.UsageError(f"{source}: " + "\n\n".join(errors))
     names = [k.name for k in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise pytest.UsageError(f"--kernel: two kernels are named {dup}; names key results and ledgers, "
+        raise pytest.UsageError(f"{source}: two kernels are named {dup}; names key results and ledgers, "
                                 "so each kernel under test needs its own")
     if device == "cpu":
         packages = sorted({s.split(":", 1)[0].split(".")[0] for s in specs})
@@ -306,8 +316,59 @@ def workers_sharing_device() -> int:
         return 1
 
 
+def check_report_path(path: Optional[str]) -> None:
+    """--conformance-report is written after the last case: a path that cannot be written is a
+    usage error now, not a traceback after the whole run."""
+    if not path:
+        return
+    base = pathlib.Path(path)
+    if base.suffix in (".json", ".md"):
+        base = base.with_suffix("")
+    for target in (base.with_suffix(".json"), base.with_suffix(".md")):
+        if target.is_dir():
+            raise pytest.UsageError(f"--conformance-report={path}: {target} is a directory; expected PATH such "
+                                    "that PATH.json and PATH.md can be written (e.g. reports/conformance)")
+    parent = base.parent.absolute()
+    existing = next(p for p in (parent, *parent.parents) if p.exists())
+    if not existing.is_dir():
+        raise pytest.UsageError(f"--conformance-report={path}: {existing} is a file, not a directory, so "
+                                f"{base.with_suffix('.json')} cannot be written; expected PATH in a directory "
+                                "that exists or can be created")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise pytest.UsageError(f"--conformance-report={path}: directory {existing} is not writable; expected PATH "
+                                "in a directory this user can write")
+
+
+def _check_spec_syntax(specs: list[str], source: str) -> None:
+    """The mistakes visible without importing anything (torch takes seconds to import): a
+    spec without ':' or naming a top-level package that does not exist."""
+    from .discovery import missing_module
+    bad = [problem for problem in map(missing_module, specs) if problem]
+    if bad:
+        raise pytest.UsageError(f"{source}: " + "\n\n".join(bad))
+
+
+def preflight(config) -> None:
+    """The checks that need neither torch nor Triton, made before either is imported."""
+    check_report_path(config.getoption("--conformance-report"))
+    if config.getoption("--isolation") not in (None, *ISOLATION_MODES):
+        raise pytest.UsageError(f"--isolation: expected one of {ISOLATION_MODES}, got {config.getoption('--isolation')!r}")
+    timeout = config.getoption("--case-timeout")
+    if timeout is not None and float(timeout) < 0:
+        raise pytest.UsageError(f"--case-timeout: expected seconds >= 0 (0 = none), got {float(timeout):g}")
+    from .discovery import kernel_specs
+    _check_spec_syntax(kernel_specs(config.getoption("--kernel")), kernel_source(config))
+
+
 def build_state(config) -> RunState:
     """Everything the run needs, validated. Raises pytest.UsageError naming the mistake."""
+    preflight(config)
+    from .ledger import Ledger, LedgerError, default_ledger_paths
+    ledger_paths = list(config.getoption("--ledger") or default_ledger_paths())
+    try:
+        ledger = Ledger.load(ledger_paths)
+    except LedgerError as e:
+        raise pytest.UsageError(f"--ledger: {e}") from None
     device = _device(config)
     if device == "cpu":
         # Must precede the definition of any kernel's Triton functions in this process; the
@@ -326,14 +387,7 @@ def build_state(config) -> RunState:
     _validate_case_selection(case_set, case_ids, profile)
 
     from .kernel_api import kernel_specs
-    kernels = _load_kernels(kernel_specs(config.getoption("--kernel")), device)
-
-    from .ledger import Ledger, LedgerError, default_ledger_paths
-    ledger_paths = list(config.getoption("--ledger") or default_ledger_paths())
-    try:
-        ledger = Ledger.load(ledger_paths)
-    except LedgerError as e:
-        raise pytest.UsageError(f"--ledger: {e}") from None
+    kernels = _load_kernels(kernel_specs(config.getoption("--kernel")), device, kernel_source(config))
     isolation, timeout = resolve_isolation(device, config.getoption("--isolation"), config.getoption("--case-timeout"))
     workers = workers_sharing_device()
     return RunState(device=device, gpu_class=gpu_class, case_set=case_set, kernels=kernels, ledger=ledger,

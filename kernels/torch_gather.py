@@ -44,7 +44,7 @@ def torch_gather_decode(batch) -> None:
 class TorchGatherKernel:
     name = "torch_gather"
     # Declared "counts-current" on purpose: it receives window = visible keys.
-    caps = Capabilities(window_convention="counts-current", cuda_graph_safe=False)
+    caps = Capabilities(window_convention="counts-current", cuda_graph_safe=False, deterministic=True)
 
     def plan(self, batch):
         return lambda: torch_gather_decode(batch)

@@ -10,6 +10,11 @@ spoils its output afterwards, and declares no LSE, so only the output checks can
   v_2pct            V x 1.02 (v_scale x 1.02)
   out_1pct          output x 1.01 everywhere (the precision-tier test)
 
+Two more plant an LSE error, on a correct output, so only the LSE check can catch them:
+
+  lse_plus_1e-3     LSE + 1e-3 (natural log): a 0.1 % weight error in every merge using it
+  lse_plus_3e-3     LSE + 3e-3
+
 "Long": more than 8192 visible keys on a GPU, more than 256 on the CPU (the profiles' long
 contexts). A row is *affected* when the bug moves its float64 output by more than twice the
 row's error budget (metrics.row_budget: R x the tier's torch error + the row's ulp floor):
@@ -96,6 +101,58 @@ class Planted:
         return run
 
 
+LSE_BUGS = {"lse_plus_1e-3": 1e-3, "lse_plus_3e-3": 3e-3}
+
+
+class LseOffset:
+    """`inner` with its LSE moved by a constant; the output is left as it computed it."""
+
+    def __init__(self, inner, bug: str):
+        self.inner, self.bug, self.offset = inner, bug, LSE_BUGS[bug]
+        self.name = f"{inner.name}+{bug}"
+        self.caps = inner.caps
+
+    def plan(self, batch):
+        launch = self.inner.plan(batch)
+
+        def run():
+            launch()
+            batch.lse.add_(self.offset)
+        return run
+
+
+def lse_study(inner_factory: Callable, bug: str, cases, device: str) -> Tally:
+    """Run `inner + LSE offset` on every case it can run. A case is affected when the offset
+    exceeds AFFECTED_FACTOR x the LSE budget of one of its rows (the kernel's own LSE error
+    may take up one budget); an fp32 LSE near -5e5 cannot even carry +1e-3 (its ulp is 0.03).
+    `caught` counts affected cases failing on the LSE check."""
+    from decode_conformance.metrics import lse_budget
+    from decode_conformance.runner import prepare, run_prepared, yardstick
+    kernel = LseOffset(inner_factory(), bug)
+    t = Tally(kernel=kernel.inner.name, bug=bug)
+    dev_type = "cpu" if device == "cpu" else "cuda"
+    for case in cases:
+        if kernel.caps.missing_for(case, dev_type):
+            continue
+        t.cases += 1
+        batch = prepare(kernel, case, device)
+        ref, tier = yardstick(kernel, case, batch)
+        allow = lse_budget(ref.lse, tier.lse, ref.visible, slack=tier.lse_slack)
+        vis = ref.visible.to(allow.device) > 0
+        hit = bool((kernel.offset > AFFECTED_FACTOR * allow)[vis].any())
+        res = run_prepared(kernel, case, batch, ref, tier)
+        failed = not res.ok and "LSE over budget" in res.message
+        if hit:
+            t.affected += 1
+            if failed:
+                t.caught += 1
+            else:
+                t.missed.append(f"{case.id}: {res.message}")
+        elif failed:
+            t.caught_unaffected += 1
+    return t
+
+
 def oracle(batch, bug: str) -> torch.Tensor:
     """The float64 output of the buggy problem (the toy kernel in float64, then the output bug)."""
     to_batch, to_out = TRANSFORMS[bug]
@@ -169,7 +226,8 @@ def _job(args):
     from decode_conformance.case_sets import build_set
     from decode_conformance.kernel_api import load_kernel
     t0 = time.time()
-    t = study(lambda: load_kernel(spec), bug, build_set("parity", profile), device)
+    run = lse_study if bug in LSE_BUGS else study
+    t = run(lambda: load_kernel(spec), bug, build_set("parity", profile), device)
     return dict(t.row(), spec=spec, seconds=round(time.time() - t0, 1))
 
 
@@ -178,7 +236,7 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", choices=("interpreter", "gpu"), default="gpu")
     ap.add_argument("--kernels", nargs="*", default=["toy_decode:ToyDecode",
                                                      "decode_conformance_kernels.registry:adaptive_split_fp8mma"])
-    ap.add_argument("--bugs", nargs="*", default=list(BUGS))
+    ap.add_argument("--bugs", nargs="*", default=list(BUGS) + list(LSE_BUGS))
     ap.add_argument("--out", default=None)
     ap.add_argument("--jobs", type=int, default=1, help="(kernel, bug) pairs studied in parallel processes")
     a = ap.parse_args(argv)

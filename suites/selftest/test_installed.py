@@ -1,9 +1,10 @@
 """The suite as an adopter meets it: installed, not cloned.
 
 - The wheel carries the library, the suites, the shipped kernels with their adapters and
-  every data file; installed into a fresh virtual environment, it runs the smoke set from an
-  empty folder on an out-of-tree kernel package: green for a correct kernel, red for a
-  planted bug, with reproduce lines in the `--pyargs` form the run used.
+  every data file; installed into a fresh virtual environment, it runs README's adopter path
+  as written: the kernel module README shows, copied into an empty folder, and README's
+  commands: green for the correct kernel, red for its planted bug, with reproduce lines in
+  the `--pyargs` form the run used; the one-case command likewise.
 - Loading the plugin (its pytest11 entry point) changes nothing for unrelated tests.
 - A kernel module imported before the plugin could switch on Triton's interpreter is a usage
   error, never a silently compiled run.
@@ -81,22 +82,51 @@ def test_wheel_carries_the_data_and_the_suites(fresh_venv):
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("kernel,green", [("toy_decode:ToyDecode", True), ("toy_decode:DropsLastKey", False)])
-def test_smoke_set_from_an_empty_folder(fresh_venv, kernel, green):
+def _readme_adopter_module() -> str:
+    """The kernel module README's "Run it on your kernel" shows, verbatim."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("```python\n# mypkg/conformance.py\n") + len("```python\n")
+    return text[start:text.index("```", start)]
+
+
+@pytest.fixture(scope="module")
+def readme_folder(fresh_venv):
     py, empty = fresh_venv
-    r = _run([str(py), "-m", "pytest", "--pyargs", "decode_conformance.suites.parity", f"--kernel={kernel}",
-              "--case-set=smoke", "-n", "2", "-p", "no:cacheprovider", "-q", "--require-cases",
-              "--conformance-report=report"], cwd=empty)
+    (empty / "mypkg").mkdir()
+    (empty / "mypkg" / "__init__.py").write_text("")
+    (empty / "mypkg" / "conformance.py").write_text(_readme_adopter_module())
+    return py, empty
+
+
+@pytest.mark.parametrize("kernel,green", [("MyDecode", True), ("MyDecodeDropsLastKey", False)])
+def test_readme_adopter_path_from_an_empty_folder(readme_folder, kernel, green):
+    py, folder = readme_folder
+    spec = f"mypkg.conformance:{kernel}"
+    assert f"--kernel={spec}" in (ROOT / "README.md").read_text(), "README runs this command"
+    r = _run([str(py), "-m", "pytest", "--pyargs", "decode_conformance.suites.parity", f"--kernel={spec}",
+              "--case-set=smoke", "-n", "2", "--require-cases", "-p", "no:cacheprovider",
+              f"--conformance-report=report-{kernel}"], cwd=folder)
     out = r.stdout + r.stderr
     if green:
         assert r.returncode == 0, out[-3000:]
         assert "failed" not in out.splitlines()[-1], out[-2000:]
     else:
         assert r.returncode == 1, out[-3000:]
-        assert "reproduce: pytest --pyargs decode_conformance.suites.parity --kernel=toy_decode:DropsLastKey" in out, \
-            out[-3000:]
-        assert "rows over their error budget" in out
-    assert (empty / "report.md").exists() and "decode-conformance report:" in out
+        assert f"reproduce: pytest --pyargs decode_conformance.suites.parity --kernel={spec}" in out, out[-3000:]
+        assert "rows over their error budget" in out and "LSE over budget" in out
+    assert (folder / f"report-{kernel}.md").exists() and "decode-conformance report:" in out
+
+
+def test_readme_one_case_command(readme_folder):
+    py, folder = readme_folder
+    from decode_conformance.case_sets import build_set
+    case = min((c for c in build_set("parity", "interpreter") if min(c.seq_lens) >= 2 and not c.mla),
+               key=lambda c: (c.total_keys, c.id)).id  # every request loses a key it needs
+    r = _run([str(py), "-m", "decode_conformance.inspect", case, "--kernel=mypkg.conformance:MyDecodeDropsLastKey",
+              "--save", "case.pt"], cwd=folder)
+    assert r.returncode == 1 and "FAIL" in r.stdout and (folder / "case.pt").exists(), r.stdout + r.stderr
+    r = _run([str(py), "-m", "decode_conformance.inspect", case, "--kernel=mypkg.conformance:MyDecode"], cwd=folder)
+    assert r.returncode == 0 and "PASS" in r.stdout, r.stdout + r.stderr
 
 
 def test_plugin_leaves_unrelated_tests_alone(tmp_path):

@@ -5,7 +5,10 @@ not ours (the out-of-tree toy) and on our fp8-MMA kernel:
   checks alone (the planted kernels declare no LSE);
 - a kernel that writes its inputs fails, naming the tensor and the first changed index,
   and the reference cannot be fooled by what it left behind;
-- declaring a looser precision tier does not hide a 1 % error.
+- declaring a looser precision tier does not hide a 1 % error;
+- an LSE off by +1e-3 or +3e-3 (natural log) on a correct output fails every case with a
+  visible key, on the LSE check (the budget is derived in metrics.py: R x the tier's fp32 LSE
+  error + an fp32 floor, a few 1e-6 at these lengths), while the correct kernel passes them.
 The same study runs at GPU sizes on the H200 (`python -m suites.selftest.planted --profile gpu`).
 """
 from __future__ import annotations
@@ -68,6 +71,21 @@ def test_a_looser_tier_does_not_hide_a_one_percent_error(tier):
     assert not t.missed, t.missed[:3]
     failed = t.caught + t.caught_unaffected
     assert failed >= (len(fp8) if tier == DEQUANT_KV else 1), f"{tier}: failed {failed} of {len(fp8)}"
+
+
+@pytest.mark.parametrize("bug", sorted(planted.LSE_BUGS))
+def test_planted_lse_offset_fails_every_case(bug):
+    t = planted.lse_study(toy_decode.ToyDecode, bug, PARITY, "cpu")
+    assert t.affected >= 0.9 * t.cases, f"{bug}: affects only {t.affected} of {t.cases} cases"
+    assert not t.missed, f"{bug}: {len(t.missed)} of {t.affected} affected cases passed:\n" + "\n".join(t.missed[:5])
+
+
+def test_planted_lse_offset_in_our_kernel():
+    """Our Triton split kernel merges partial LSEs: +1e-3 on its result still fails each case."""
+    from decode_conformance_kernels.registry import adaptive_split
+    few = sorted((c for c in PARITY if any(c.seq_lens)), key=lambda c: (c.total_keys * c.num_q_heads, c.id))[:4]
+    t = planted.lse_study(adaptive_split, "lse_plus_1e-3", few, "cpu")
+    assert t.affected == len(few) and not t.missed, t.missed[:3]
 
 
 @pytest.mark.parametrize("kernel,tensor", [(toy_decode.ScalesQInPlace, "q"), (toy_decode.ZeroesItsInputs, "q")])

@@ -93,4 +93,4 @@ def test_fp8_q_and_p_tier_quantizes_q_and_p():
         torch.testing.assert_close(t.out[0, h].double(), o, rtol=1e-2, atol=1e-2)
         assert math.isclose(float(t.lse[0, h]), float(torch.logsumexp(s, 0)), rel_tol=1e-9)
     dq = tier_attention(c, b, DEQUANT_KV)
-    assert dq.lse is None and not torch.equal(dq.out, t.out), "the tiers must compute differently"
+    assert not torch.equal(dq.out, t.out), "the tiers must compute differently"

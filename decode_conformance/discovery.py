@@ -1,0 +1,84 @@
+"""Which kernels a run tests, from the command line, the environment or entry points, and the
+spec mistakes visible without importing anything.
+
+No torch and no Triton here: a run's first usage checks use this module before either is
+imported (torch alone takes seconds to import).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from typing import Iterable, Optional
+
+ENV_VAR = "DECODE_CONFORMANCE_KERNELS"
+ENTRY_POINT_GROUP = "decode_conformance.kernels"
+# Ours among the registered kernels: pyproject.toml registers the shipped kernels in
+# ENTRY_POINT_GROUP, the group an adopter's package registers its kernels in. That table is
+# the one list of shipped kernels.
+SHIPPED_PACKAGE = "decode_conformance_kernels"
+
+
+def missing_module(spec: str) -> Optional[str]:
+    """Why `spec` cannot name a kernel, when that shows without importing it: no ':' or a
+    top-level package that is not installed. None when it may well import."""
+    if ":" not in spec:
+        return f"kernel spec {spec!r}: expected 'package.module:object'"
+    module = spec.split(":", 1)[0]
+    top = module.split(".")[0]
+    if not top:
+        return f"kernel spec {spec!r}: expected an absolute module name before ':'"
+    if top in sys.modules:
+        return None
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None  # let the import itself report it
+    if found is None:
+        return (f"kernel spec {spec!r}: cannot import {module}: no module named {top!r} (expected an installed "
+                "package, or its folder on PYTHONPATH)")
+    return None
+
+
+def entry_point_specs() -> dict[str, str]:
+    """{name: 'module:attr'} of every kernel registered in the `decode_conformance.kernels` group:
+    the installed distributions' entry points (ours and any adopter package's). A checkout that
+    is not pip-installed has no metadata: there the table comes from its pyproject.toml."""
+    from importlib.metadata import entry_points
+    eps = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if not any(v.startswith(SHIPPED_PACKAGE + ".") for v in eps.values()):
+        eps = {**_checkout_entry_points(), **eps}
+    return eps
+
+
+def _checkout_entry_points() -> dict[str, str]:
+    import tomllib
+    from ._paths import checkout_root
+    root = checkout_root()
+    if root is None:
+        return {}
+    data = tomllib.loads((root / "pyproject.toml").read_text())
+    return dict(data.get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
+
+
+def shipped_specs() -> list[str]:
+    """The kernels this package ships (registered by its own pyproject.toml)."""
+    return [v for v in entry_point_specs().values() if v.startswith(SHIPPED_PACKAGE + ".")]
+
+
+def kernel_specs(cli: Iterable[str] = (), env: Optional[str] = None) -> list[str]:
+    """Which kernels to test: command line, then environment variable, then every registered
+    kernel (entry points). A registered name (e.g. `lean`) is accepted wherever a spec is."""
+    specs = [s for s in cli if s]
+    if not specs:
+        env = os.environ.get(ENV_VAR, "") if env is None else env
+        specs = [s.strip() for s in env.replace(";", ",").split(",") if s.strip()]
+    eps = entry_point_specs()
+    if not specs:
+        specs = list(eps.values())
+    out = []
+    for s in specs:
+        s = eps.get(s, s) if ":" not in s else s
+        if s not in out:
+            out.append(s)
+    return out

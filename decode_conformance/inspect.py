@@ -1,0 +1,190 @@
+"""One case outside pytest: its inputs from its id, a kernel run on them, the verdict, the tensors.
+
+    python -m decode_conformance.inspect CASE_ID --kernel=mypkg.conformance:MyDecode --save case.pt
+
+does what the parity test of that case does (the same factories, reference, budget and
+judge: runner.run_case) and prints the verdict with the worst row, its budget and why the
+case exists. `--save` writes every tensor (inputs as the kernel saw them, the float64
+reference, the tier's torch result, the kernel's output and LSE) to one `torch.load`-able
+file. Without --kernel it builds the inputs and the reference only.
+
+From Python:
+
+    from decode_conformance import inspect as dci
+    opened = dci.open_case("fi3864-bf16-...")           # case, batch, reference, tier
+    result = dci.run_one("mypkg.conformance:MyDecode", "fi3864-bf16-...")
+    print(result.message); result.output       # the kernel's output tensor
+
+Exit status of the command: 0 the case passed (or no kernel was given), 1 it failed, 4 a usage
+error (an unknown case id: the nearest are suggested; a kernel spec that does not load).
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+USAGE_ERROR = 4
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _device(device: Optional[str]) -> str:
+    from ._paths import alias_checkout
+    alias_checkout()  # a checkout that is not pip-installed imports like the installed package
+    if device:
+        return device
+    from .hardware import has_gpu
+    return "cuda" if has_gpu() else "cpu"
+
+
+def find_case(case_id: str, case_set: str = "parity", device: Optional[str] = None):
+    """The Case with this id in `case_set`, built for the device's profile (interpreter on cpu)."""
+    from .case_sets import build_set
+    dev = _device(device)
+    profile = "interpreter" if dev == "cpu" else "gpu"
+    try:
+        cases = build_set(case_set, profile)
+    except ValueError as e:
+        raise UsageError(f"case set {case_set!r}: {e}") from None
+    for c in cases:
+        if c.id == case_id:
+            return c
+    near = difflib.get_close_matches(case_id, [c.id for c in cases], n=3, cutoff=0.6)
+    raise UsageError(f"case id {case_id!r}: not in case set {case_set!r} ({profile} profile)"
+                     + (f"; nearest: {', '.join(near)}" if near else ""))
+
+
+def load(kernel, device: Optional[str] = None):
+    """A kernel from a spec ('pkg.module:obj' or a registered name such as 'lean') or an object;
+    on cpu Triton's interpreter is switched on first, as the plugin does."""
+    if _device(device) == "cpu":
+        from .isolation import use_interpreter
+        use_interpreter()
+    from .kernel_api import KernelLoadError, kernel_specs, load_kernel, resolve_kernel
+    try:
+        if isinstance(kernel, str):
+            return load_kernel(kernel_specs([kernel])[0])
+        return resolve_kernel(kernel, repr(kernel))
+    except KernelLoadError as e:
+        raise UsageError(str(e)) from None
+
+
+@dataclass
+class OpenedCase:
+    case: object  # cases.Case
+    batch: object  # batch.DecodeBatch: what the kernel receives
+    reference: object  # reference.Reference: float64 out / lse, visible keys per request
+    tier: object  # reference.TierResult: the same attention by torch at the kernel's precision tier
+
+
+def open_case(case_id: str, kernel=None, device: Optional[str] = None, case_set: str = "parity") -> OpenedCase:
+    """A case's inputs (in `kernel`'s window convention; counts-current without one) and its
+    yardstick, computed from the pristine inputs as a run does."""
+    from .runner import prepare, yardstick
+    dev = _device(device)
+    k = load(kernel, dev) if kernel is not None else _NoKernel()
+    case = find_case(case_id, case_set, dev)
+    batch = prepare(k, case, dev)
+    ref, tier = yardstick(k, case, batch)
+    return OpenedCase(case, batch, ref, tier)
+
+
+class _NoKernel:
+    name = "none"
+
+    @property
+    def caps(self):
+        from .kernel_api import Capabilities
+        return Capabilities()
+
+
+def run_one(kernel, case_id: str, device: Optional[str] = None, case_set: str = "parity",
+            save: Optional[str] = None):
+    """runner.CaseResult of `kernel` on the case (the kernel's output in result.output)."""
+    from .runner import run_case
+    dev = _device(device)
+    k = load(kernel, dev)
+    case = find_case(case_id, case_set, dev)
+    if save is None:
+        return run_case(k, case, dev, keep_output=True)
+    from .runner import prepare, run_prepared, yardstick
+    batch = prepare(k, case, dev)
+    ref, tier = yardstick(k, case, batch)
+    inputs = _host_copies(batch.inputs())
+    res = run_prepared(k, case, batch, ref, tier, keep_output=True)
+    save_tensors(save, OpenedCase(case, batch, ref, tier), inputs, res)
+    return res
+
+
+def _host_copies(tensors: dict) -> dict:
+    return {name: (t.detach().cpu().clone() if t is not None else None) for name, t in tensors.items()}
+
+
+def save_tensors(path: str, opened: OpenedCase, inputs: Optional[dict] = None, result=None) -> None:
+    """One torch.save file: the case id and fields, the inputs, the reference, the tier's result,
+    and the kernel's output / LSE / verdict when a result is given."""
+    import dataclasses
+
+    import torch
+    b = opened.batch
+    data = {
+        "case_id": opened.case.id,
+        "case": {f.name: getattr(opened.case, f.name) for f in dataclasses.fields(opened.case)},
+        "inputs": inputs if inputs is not None else _host_copies(b.inputs()),
+        "scalars": {"sm_scale": b.sm_scale, "k_scale": b.k_scale, "v_scale": b.v_scale, "softcap": b.softcap,
+                    "window": b.window, "page_size": b.page_size, "seq_lens_host": list(b.seq_lens_host)},
+        "reference": {"out": opened.reference.out.cpu(), "lse": opened.reference.lse.cpu(),
+                      "visible": opened.reference.visible.cpu()},
+        "tier": {"out": opened.tier.out.cpu(),
+                 "lse": opened.tier.lse.cpu() if opened.tier.lse is not None else None},
+    }
+    if result is not None:
+        data["kernel"] = {"name": result.kernel, "status": result.status, "message": result.message,
+                          "out": result.output,
+                          "lse": b.lse.detach().cpu().clone(),
+                          "verdict": result.verdict.to_dict() if result.verdict else None}
+    torch.save(data, path)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m decode_conformance.inspect",
+                                 description="build one conformance case from its id, run a kernel on it, "
+                                             "print the verdict, save the tensors")
+    ap.add_argument("case_id", help="a case id, as a failure's reproduce line prints it")
+    ap.add_argument("--kernel", default=None,
+                    help="pkg.module:obj or a registered name (e.g. lean); without it only the inputs and the "
+                         "reference are built")
+    ap.add_argument("--case-set", default="parity", help="the set the id comes from (default: parity)")
+    ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N; default: cuda when a GPU is visible")
+    ap.add_argument("--save", default=None, metavar="FILE.pt", help="write every tensor to FILE.pt (torch.save)")
+    a = ap.parse_args(argv)
+    try:
+        if a.kernel is None:
+            opened = open_case(a.case_id, None, a.device, a.case_set)
+            r = opened.reference
+            print(f"{opened.case.id}: {opened.case.batch} requests, visible keys {r.visible.tolist()}, "
+                  f"out {tuple(r.out.shape)}, device {opened.batch.device}")
+            if opened.case.note:
+                print(f"  why this case exists: {opened.case.note}")
+            if a.save:
+                save_tensors(a.save, opened)
+                print(f"  tensors: {a.save}")
+            return 0
+        res = run_one(a.kernel, a.case_id, a.device, a.case_set, save=a.save)
+    except UsageError as e:
+        print(f"usage error: {e}", file=sys.stderr)
+        return USAGE_ERROR
+    from .runner import failure_text
+    print(failure_text(res, find_case(a.case_id, a.case_set, a.device)))
+    if a.save:
+        print(f"  tensors: {a.save}")
+    return 0 if res.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

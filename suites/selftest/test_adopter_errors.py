@@ -1,0 +1,73 @@
+"""The mistakes a new adopter makes, each stopped before any case with one message naming the
+field and what was expected (pytest's usage-error exit code 4), and quickly: the checks that
+need no torch run before torch is imported."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from suites.selftest._subpytest import GOOD, PARITY, ROOT, run_pytest
+
+USAGE = 4
+
+
+def _usage(*args, **kw):
+    run = run_pytest(PARITY, *args, **kw)
+    assert run.rc == USAGE, f"exit code {run.rc}\n{run.out[-3000:]}"
+    assert "passed" not in run.out and "Traceback" not in run.out, run.out[-3000:]
+    return run.out
+
+
+@pytest.mark.parametrize("where", ["file", "dir-is-file"])
+def test_unwritable_report_path_is_a_usage_error_before_any_case(tmp_path, where):
+    blocker = tmp_path / "taken"
+    blocker.write_text("a file where a directory is needed")
+    if where == "file":
+        path, expected = blocker / "sub" / "report", "is a file, not a directory"
+    else:
+        (tmp_path / "r.json").mkdir()
+        path, expected = tmp_path / "r", "is a directory"
+    out = _usage(f"--kernel={GOOD}", f"--conformance-report={path}")
+    assert f"--conformance-report={path}" in out and expected in out, out[-2000:]
+
+
+def test_writable_report_path_passes_the_check(tmp_path):
+    """The other side: a path in a directory still to be created is fine (and written)."""
+    from suites.selftest._subpytest import small_case_ids
+    run = run_pytest(PARITY, f"--kernel={GOOD}", f"--case-id={small_case_ids(1)[0]}",
+                     report=tmp_path / "new" / "dir" / "report")
+    assert run.rc == 0 and run.report is not None, run.out[-2000:]
+
+
+def test_bad_spec_in_the_environment_names_the_variable():
+    out = _usage(env={"DECODE_CONFORMANCE_KERNELS": "no_such_package.mod:K"})
+    assert "DECODE_CONFORMANCE_KERNELS: kernel spec 'no_such_package.mod:K'" in out, out[-2000:]
+    assert "--kernel:" not in out
+    out = _usage("--kernel=no_such_package.mod:K")
+    assert "--kernel: kernel spec 'no_such_package.mod:K'" in out, out[-2000:]
+
+
+def test_bad_capabilities_value_leads_with_the_field(tmp_path):
+    (tmp_path / "bad_caps.py").write_text(
+        "from decode_conformance import Capabilities\n"
+        "class K:\n"
+        "    name = 'k'\n"
+        "    caps = Capabilities(layouts=frozenset({'page'}))\n"
+        "    def plan(self, batch):\n"
+        "        return lambda: None\n")
+    out = _usage("--kernel=bad_caps:K", env={"PYTHONPATH": str(tmp_path)})
+    first = next(ln for ln in out.splitlines() if "kernel spec" in ln)
+    assert "Capabilities.layouts: expected a non-empty subset of ['contig', 'paged'], got ['page']" in first, out
+    assert "bad_caps.py" in out, "the adopter's own line is shown"
+
+
+def test_a_usage_error_does_not_import_torch():
+    """Start-up: a mistyped kernel spec is reported before torch (seconds) is imported."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "pytest", "-p", "no:cacheprovider", PARITY,
+                        "--kernel=no_such_package.mod:K"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == USAGE, p.stdout[-2000:]
+    imported = {ln.rsplit("|", 1)[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
+    assert "decode_conformance.state" in imported, "the check ran"
+    assert "torch" not in imported and "triton" not in imported, sorted(m for m in imported if "torch" in m)[:5]

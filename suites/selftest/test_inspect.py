@@ -1,0 +1,51 @@
+"""One case outside pytest (decode_conformance.inspect): the same verdict as the parity test of
+that case, red for a planted bug and green for a correct kernel that is not ours, the tensors
+saved, and an unknown id a usage error with the nearest ids."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import torch
+
+from decode_conformance import inspect as dci
+from suites.selftest import planted  # noqa: F401  (puts the out-of-tree toy kernel on sys.path)
+from suites.selftest._subpytest import ROOT, small_case_ids
+
+OOT = ROOT / "suites" / "selftest" / "oot"
+CASE = small_case_ids(1)[0]
+
+
+def _cli(*args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DECODE_CONFORMANCE_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(OOT)])
+    return subprocess.run([sys.executable, "-m", "decode_conformance.inspect", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_open_case_builds_inputs_and_reference():
+    opened = dci.open_case(CASE, device="cpu")
+    assert opened.case.id == CASE
+    assert opened.reference.out.dtype == torch.float64 and opened.reference.out.shape == opened.batch.out.shape
+    assert torch.isnan(opened.batch.out).all(), "outputs arrive poisoned, as in a run"
+
+
+def test_run_one_red_for_a_planted_bug_green_for_a_correct_kernel(tmp_path):
+    bad = dci.run_one("toy_decode:DropsLastKey", CASE, device="cpu", save=str(tmp_path / "c.pt"))
+    good = dci.run_one("toy_decode:ToyDecode", CASE, device="cpu")
+    assert not bad.ok and "over their error budget" in bad.message, bad.message
+    assert good.ok, good.message
+    saved = torch.load(tmp_path / "c.pt")
+    assert saved["case_id"] == CASE and saved["kernel"]["status"] == "failed"
+    torch.testing.assert_close(saved["kernel"]["out"], bad.output)
+    assert set(saved["inputs"]) >= {"q", "k_cache", "v_cache", "kv_indptr", "kv_indices"}
+
+
+def test_cli_exit_codes():
+    r = _cli(CASE, "--kernel=toy_decode:DropsLastKey", "--device=cpu")
+    assert r.returncode == 1 and "FAIL" in r.stdout and "why this case exists" in r.stdout, r.stdout + r.stderr
+    r = _cli(CASE, "--kernel=toy_decode:ToyDecode", "--device=cpu")
+    assert r.returncode == 0 and "PASS" in r.stdout, r.stdout + r.stderr
+    r = _cli(CASE + "x", "--kernel=toy_decode:ToyDecode", "--device=cpu")
+    assert r.returncode == dci.USAGE_ERROR and f"nearest: {CASE}" in r.stderr, r.stdout + r.stderr
