@@ -36,9 +36,9 @@ MIN_COSINE = 0.999  # far below any correct bf16 kernel (~0.99999), far above a 
 
 
 def perf_api():
-    """The suite's timer and perf cells, from one place (the perf helpers may move)."""
-    from decode_conformance import timing
-    from decode_conformance.perf_guard import bytes_moved, load_cells
+    """The suite's timer and perf cells (decode_conformance.perf)."""
+    from decode_conformance.perf import timing
+    from decode_conformance.perf.cells import bytes_moved, load_cells
     return timing, load_cells, bytes_moved
 
 
