@@ -26,6 +26,15 @@ Translation from the suite's DecodeBatch (see docs/kernel-contract.md):
     come NaN-filled from batch.workspace.
   - logit_cap = batch.softcap (0.0 = off); k_scale / v_scale = the case's fp8 scales.
 sglang's decode returns no final LSE, so caps.lse is False.
+
+No 0-length rows (ShapeRule min_len >= 1): sglang's engine never hands its Triton decode a
+request without keys. A decode request's current token is in the cache before attention runs,
+and the CUDA-graph runner pads a batch up to its captured size with
+`seq_lens.fill_(seq_len_fill_value)` (python/sglang/srt/model_executor/cuda_graph_runner.py),
+where the Triton backend's `get_cuda_graph_seq_len_fill_value()` returns 1
+(python/sglang/srt/layers/attention/triton_backend.py; sgl-project/sglang PR #1782, "we can
+always use 1", zeroed req_to_token so the padding row reads slot 0). Its stage 2 divides by
+the row's exp-sum, which is 0 for an empty row (a NaN, outside the contract it serves).
 """
 from __future__ import annotations
 
@@ -33,7 +42,7 @@ import dataclasses
 import inspect
 from typing import Callable, Optional
 
-from decode_conformance.kernel_api import Capabilities
+from decode_conformance.kernel_api import Capabilities, ShapeRule
 from decode_conformance.reference import FP8_Q_AND_P
 
 from .library import first_module, library_version
@@ -55,6 +64,8 @@ CAPS = Capabilities(
     cuda_graph_safe=True,  # launch is two Triton kernels on fixed buffers; metadata is built in plan
     fp8_math=FP8_Q_AND_P,  # its grouped kernel casts q (and P) to the KV dtype for an fp8 x fp8 dot
     devices=frozenset({"cuda", "cpu"}),  # cpu: Triton's interpreter (checked with sglang 0.5.23's file)
+    shape_rules=(ShapeRule("min_len", min=1, why="sglang pads CUDA-graph batches with seq_len 1 "
+                           "(triton_backend.get_cuda_graph_seq_len_fill_value), never 0"),),
 )
 
 

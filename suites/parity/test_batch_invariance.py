@@ -34,9 +34,13 @@ def test_request_is_independent_of_its_batch(dc_kernel, dc_device, request_kind)
     require(kernel, alone_case, dc_device)
     alone = prepare(kernel, alone_case, dc_device)
     kernel.plan(alone)()
-    failures = []
+    failures, skipped = [], []
     for name, (lens, idx) in _arrangements(n, *OTHERS[profile]).items():
         case = alone_case.replace(seq_lens=lens, seed=alone_case.seed + 1)
+        missing = kernel.caps.missing_for(case, "cpu" if dc_device == "cpu" else "cuda")
+        if missing:  # e.g. a declared min_len: the kernel's engine never batches 0-length rows with it
+            skipped.append(f"{name}: {', '.join(missing)}")
+            continue
         batch = prepare(kernel, case, dc_device)
         transplant(alone, 0, batch, idx)
         ref, tier = yardstick(kernel, case, batch)
@@ -52,4 +56,4 @@ def test_request_is_independent_of_its_batch(dc_kernel, dc_device, request_kind)
                                 "declares batch_invariant")
         elif not torch.isfinite(batch.out[idx]).all():
             failures.append(f"{name}: non-finite output for the request")
-    fail_unless(not failures, kernel, "\n".join(failures))
+    fail_unless(not failures, kernel, "\n".join(failures + [f"not run: {s}" for s in skipped]))

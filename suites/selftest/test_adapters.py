@@ -331,3 +331,13 @@ def test_sglang_old_signature_declares_less(monkeypatch):
     assert k.caps.kv_dtypes == frozenset({"bf16", "fp16"}) and not k.caps.sinks
     case = next(c for c in SG_CASES if not k.caps.missing_for(c, "cuda") and all(n > 0 for n in c.seq_lens))
     assert run_case(k, case, "cpu").ok
+
+
+def test_sglang_declares_no_zero_length_rows(fake_sg):
+    """sglang's engine pads CUDA-graph batches with seq_len 1, never 0: a case with a 0-length
+    row is skipped naming the rule; one without runs."""
+    empty = next(c for c in SG_CASES if 0 in c.seq_lens)
+    reasons = fake_sg.caps.missing_for(empty, "cuda")
+    assert any("min_len 0" in r and "seq_len 1" in r for r in reasons), reasons
+    full = next(c for c in SG_CASES if min(c.seq_lens) > 0)
+    assert not fake_sg.caps.missing_for(full, "cuda")
