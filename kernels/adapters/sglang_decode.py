@@ -17,7 +17,11 @@ without k_scale/v_scale or sinks declares (and is tested for) less rather than f
 Translation from the suite's DecodeBatch (see docs/kernel-contract.md):
   - q [B, Hq, Lk]; k_buffer / v_buffer = batch.k_slots() / v_slots() ([slots, Hkv, D]; for MLA
     v_buffer is the strided view of K's first Lv columns, as in sglang's has_mla path).
-  - kv_indptr / kv_indices are the suite's CSR slot view, unchanged. A sliding window is
+  - kv_indptr / kv_indices are the suite's CSR slot view; kv_indices is copied at launch into
+    a fixed int64 buffer, the type sglang's Triton backend allocates it in (triton_backend.py:
+    `torch.zeros(..., dtype=torch.int64)`): the kernel computes each slot's offset
+    `kv_loc * stride_buf_kbs` in kv_indices' type (decode_attention.py stage 1), so int32 indices
+    overflow in pools past 2^31 elements (an illegal memory access). A sliding window is
     applied the way sglang's backend does it: per-request index lists trimmed to the last
     `window` keys (the window counts the current token: "counts-current").
   - num_kv_splits int32 [B] (all = max_kv_splits: every split runs, trailing ones empty for
@@ -105,6 +109,8 @@ class SglangDecodeKernel:
             indptr = torch.zeros_like(batch.kv_indptr)
             indptr[1:] = torch.tensor([len(k) for k in keep], dtype=torch.int32, device=batch.device).cumsum(0)
             indices = torch.cat(keep) if keep else indices[:0]
+        # Device-to-device at launch (capturable), so a graph replay reads the indices written then.
+        src_indices, indices = indices, torch.empty(indices.shape, dtype=torch.int64, device=indices.device)
         splits = batch.num_splits or self.max_kv_splits
         ws = batch.workspace
         args = dict(
@@ -119,7 +125,11 @@ class SglangDecodeKernel:
         )
         args = {k: v for k, v in args.items() if k in self._params}
         fn = self._fn
-        return lambda: fn(**args)
+
+        def launch():
+            indices.copy_(src_indices)
+            fn(**args)
+        return launch
 
 
 def make_kernel(max_kv_splits: int = DEFAULT_MAX_KV_SPLITS) -> SglangDecodeKernel:

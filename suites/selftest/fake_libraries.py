@@ -306,6 +306,9 @@ def fake_decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, a
     """sglang's two-stage split-KV decode: stage 1 writes per-split partials into the
     caller's scratch, stage 2 merges the non-empty splits (and adds sinks)."""
     assert max_kv_splits == attn_logits.shape[2] and attn_logits.shape[-1] == v_buffer.shape[-1]
+    # sglang's Triton backend allocates kv_indices int64 (triton_backend.py); the kernel's slot
+    # offsets kv_loc * stride are computed in kv_indices' type, so int32 overflows past 2^31 elements.
+    assert kv_indices.dtype == torch.int64, f"kv_indices: expected int64 (as sglang allocates it), got {kv_indices.dtype}"
     B, H = q.shape[:2]
     group = H // k_buffer.shape[1]
     indptr, splits = kv_indptr.tolist(), num_kv_splits.tolist()
