@@ -103,7 +103,7 @@ def device_page_metadata(seq_lens, block_table, page_size: int, indptr_out, indi
     import torch
     B, M = block_table.shape
     n = (seq_lens + (page_size - 1)) // page_size
-    indptr_out[0] = 0
+    indptr_out[:1].zero_()  # a fill kernel: `indptr_out[0] = 0` copies a host scalar (illegal in a capture)
     torch.cumsum(n, 0, dtype=torch.int32, out=indptr_out[1:])
     last_out.copy_(torch.where(n > 0, seq_lens - (n - 1) * page_size, torch.ones_like(seq_lens)))
     col = torch.arange(M, device=block_table.device, dtype=torch.int32)

@@ -17,7 +17,11 @@ without k_scale/v_scale or sinks declares (and is tested for) less rather than f
 Translation from the suite's DecodeBatch (see docs/kernel-contract.md):
   - q [B, Hq, Lk]; k_buffer / v_buffer = batch.k_slots() / v_slots() ([slots, Hkv, D]; for MLA
     v_buffer is the strided view of K's first Lv columns, as in sglang's has_mla path).
-  - kv_indptr / kv_indices are the suite's CSR slot view, unchanged. A sliding window is
+  - kv_indptr / kv_indices are the suite's CSR slot view; kv_indices is copied at launch into
+    a fixed int64 buffer, the type sglang's Triton backend allocates it in (triton_backend.py:
+    `torch.zeros(..., dtype=torch.int64)`): the kernel computes each slot's offset
+    `kv_loc * stride_buf_kbs` in kv_indices' type (decode_attention.py stage 1), so int32 indices
+    overflow in pools past 2^31 elements (an illegal memory access). A sliding window is
     applied the way sglang's backend does it: per-request index lists trimmed to the last
     `window` keys (the window counts the current token: "counts-current").
   - num_kv_splits int32 [B] (all = max_kv_splits: every split runs, trailing ones empty for
@@ -26,6 +30,15 @@ Translation from the suite's DecodeBatch (see docs/kernel-contract.md):
     come NaN-filled from batch.workspace.
   - logit_cap = batch.softcap (0.0 = off); k_scale / v_scale = the case's fp8 scales.
 sglang's decode returns no final LSE, so caps.lse is False.
+
+No 0-length rows (ShapeRule min_len >= 1): sglang's engine never hands its Triton decode a
+request without keys. A decode request's current token is in the cache before attention runs,
+and the CUDA-graph runner pads a batch up to its captured size with
+`seq_lens.fill_(seq_len_fill_value)` (python/sglang/srt/model_executor/cuda_graph_runner.py),
+where the Triton backend's `get_cuda_graph_seq_len_fill_value()` returns 1
+(python/sglang/srt/layers/attention/triton_backend.py; sgl-project/sglang PR #1782, "we can
+always use 1", zeroed req_to_token so the padding row reads slot 0). Its stage 2 divides by
+the row's exp-sum, which is 0 for an empty row (a NaN, outside the contract it serves).
 """
 from __future__ import annotations
 
@@ -33,7 +46,7 @@ import dataclasses
 import inspect
 from typing import Callable, Optional
 
-from decode_conformance.kernel_api import Capabilities
+from decode_conformance.kernel_api import Capabilities, ShapeRule
 from decode_conformance.reference import FP8_Q_AND_P
 
 from .library import first_module, library_version
@@ -55,6 +68,8 @@ CAPS = Capabilities(
     cuda_graph_safe=True,  # launch is two Triton kernels on fixed buffers; metadata is built in plan
     fp8_math=FP8_Q_AND_P,  # its grouped kernel casts q (and P) to the KV dtype for an fp8 x fp8 dot
     devices=frozenset({"cuda", "cpu"}),  # cpu: Triton's interpreter (checked with sglang 0.5.23's file)
+    shape_rules=(ShapeRule("min_len", min=1, why="sglang pads CUDA-graph batches with seq_len 1 "
+                           "(triton_backend.get_cuda_graph_seq_len_fill_value), never 0"),),
 )
 
 
@@ -94,6 +109,8 @@ class SglangDecodeKernel:
             indptr = torch.zeros_like(batch.kv_indptr)
             indptr[1:] = torch.tensor([len(k) for k in keep], dtype=torch.int32, device=batch.device).cumsum(0)
             indices = torch.cat(keep) if keep else indices[:0]
+        # Device-to-device at launch (capturable), so a graph replay reads the indices written then.
+        src_indices, indices = indices, torch.empty(indices.shape, dtype=torch.int64, device=indices.device)
         splits = batch.num_splits or self.max_kv_splits
         ws = batch.workspace
         args = dict(
@@ -108,7 +125,11 @@ class SglangDecodeKernel:
         )
         args = {k: v for k, v in args.items() if k in self._params}
         fn = self._fn
-        return lambda: fn(**args)
+
+        def launch():
+            indices.copy_(src_indices)
+            fn(**args)
+        return launch
 
 
 def make_kernel(max_kv_splits: int = DEFAULT_MAX_KV_SPLITS) -> SglangDecodeKernel:

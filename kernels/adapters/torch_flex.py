@@ -14,6 +14,12 @@ Translation from the suite's DecodeBatch (docs/kernel-contract.md):
   - sinks: from flex's natural-log LSE: lse' = logaddexp(lse, sink), out' = out * exp(lse - lse'),
     the sink entering the denominator only.
   - empty requests: every key masked; flex writes 0 and an LSE of -inf.
+  - head dims past 256 (MLA 576/512): kernel_options BLOCK_M 16, BLOCK_N 32, one stage
+    (FlexKernelOptions). flex rounds the QK head dim up to a power of two (1024 for 576), and on
+    an H200 (torch 2.11, 2026-12-01) none of Inductor's default configs for the template fit:
+    "No valid triton configs ... Required: 425984 Hardware limit: 232448" (bytes of shared
+    memory). Tiles of 16 x 1024 (q), 32 x 1024 (K) and 32 x 512 (V) in 16-bit, single-stage, are
+    about 128 KiB.
 Not graph-safe: the block mask and the token table are built at plan time from the lengths.
 """
 from __future__ import annotations
@@ -29,6 +35,13 @@ def _flex():
 
 
 _COMPILED = {}
+WIDE_HEAD_DIM = 256  # above this, the default configs exceed sm_90's 227 KiB of shared memory
+WIDE_KERNEL_OPTIONS = {"BLOCK_M": 16, "BLOCK_N": 32, "num_stages": 1, "num_warps": 4}
+
+
+def kernel_options(head_dim: int):
+    """flex_attention's kernel_options for this head dim (None: Inductor's defaults)."""
+    return dict(WIDE_KERNEL_OPTIONS) if head_dim > WIDE_HEAD_DIM else None
 
 
 def _compiled(device_type: str):
@@ -73,6 +86,7 @@ class TorchFlexKernel:
         dt = batch.q.dtype
         k_slots, v_slots = batch.k_slots(), batch.v_slots()
         keep = valid[:, :, None, None]
+        options = kernel_options(batch.head_dim)
 
         def gathered(pool, scale):
             x = pool[slots].to(dt) * scale  # [B, L, Hkv, D]
@@ -82,7 +96,7 @@ class TorchFlexKernel:
             k, v = gathered(k_slots, batch.k_scale), gathered(v_slots, batch.v_scale)
             out, lse = flex(batch.q[:, :, None, :], k, v, score_mod=score_mod, block_mask=block_mask,
                             scale=batch.sm_scale, enable_gqa=batch.num_q_heads != batch.num_kv_heads,
-                            return_lse=True)
+                            return_lse=True, kernel_options=options)
             out, lse = out[:, :, 0].float(), lse[:, :, 0].float()
             if batch.sinks is not None:
                 with_sink = torch.logaddexp(lse, batch.sinks.float()[None, :])

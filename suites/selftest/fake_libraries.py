@@ -12,9 +12,11 @@ in float64; they do not check the libraries themselves (that needs a GPU and the
 from __future__ import annotations
 
 import math
+import sys
 import types
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 CUDA_CORE_GROUPS = (1, 2, 3, 4, 6, 8, 16)  # DISPATCH_GQA_GROUP_SIZE, include/flashinfer/utils.cuh
 
@@ -47,6 +49,48 @@ def attention(q, k, v, sm_scale, cap, sinks=None):
     if sinks is not None:
         p = p[:, :-1]
     return torch.einsum("hn,nhd->hd", p, v.double()), lse
+
+
+# ---- CUDA-graph capture rules ------------------------------------------------------------
+
+# What a CUDA-graph capture refuses, as the aten ops a CPU run dispatches for it:
+#   lift_fresh          a tensor made from host data (torch.tensor(...), `t[i] = 0`): a host->device copy
+#   _local_scalar_dense a device value read on the host (.item(), int(t), bool(t)): a sync
+#                       (.tolist() of a CPU tensor dispatches nothing: not caught here)
+#   nonzero & co.       an output shape that depends on device values: a sync
+CAPTURE_FORBIDDEN = {
+    "aten.lift_fresh.default": "a tensor built from host data (a host->device copy)",
+    "aten._local_scalar_dense.default": "a device value read on the host (.item()/int()/bool(): a sync)",
+    "aten.nonzero.default": "an output shape that depends on device values (a sync)",
+    "aten.masked_select.default": "an output shape that depends on device values (a sync)",
+    "aten._unique2.default": "an output shape that depends on device values (a sync)",
+}
+
+
+class CaptureViolation(RuntimeError):
+    pass
+
+
+class FakeCapture(TorchDispatchMode):
+    """Runs a launch under the rules of a CUDA-graph capture, on a CPU: any op in
+    CAPTURE_FORBIDDEN raises CaptureViolation naming it. Ops issued from this file (the fake
+    libraries' own bodies) are exempt: the real libraries' graph modes are theirs to make
+    capturable; this checks the adapter's code around them."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        why = CAPTURE_FORBIDDEN.get(str(func))
+        if why is not None and not _issued_by_a_fake():
+            raise CaptureViolation(f"{func} inside a CUDA-graph capture: {why}")
+        return func(*args, **(kwargs or {}))
+
+
+def _issued_by_a_fake() -> bool:
+    frame = sys._getframe(2)  # past __torch_dispatch__: the Python code that issued the op
+    while frame is not None:
+        if frame.f_code.co_filename == __file__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 # ---- flashinfer ------------------------------------------------------------------------
@@ -262,6 +306,9 @@ def fake_decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, a
     """sglang's two-stage split-KV decode: stage 1 writes per-split partials into the
     caller's scratch, stage 2 merges the non-empty splits (and adds sinks)."""
     assert max_kv_splits == attn_logits.shape[2] and attn_logits.shape[-1] == v_buffer.shape[-1]
+    # sglang's Triton backend allocates kv_indices int64 (triton_backend.py); the kernel's slot
+    # offsets kv_loc * stride are computed in kv_indices' type, so int32 overflows past 2^31 elements.
+    assert kv_indices.dtype == torch.int64, f"kv_indices: expected int64 (as sglang allocates it), got {kv_indices.dtype}"
     B, H = q.shape[:2]
     group = H // k_buffer.shape[1]
     indptr, splits = kv_indptr.tolist(), num_kv_splits.tolist()

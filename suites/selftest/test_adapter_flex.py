@@ -35,3 +35,31 @@ def test_flex_adapter_on_cpu(feature):
         warnings.simplefilter("ignore")  # eager flex_attention warns that it is not compiled
         res = run_case(k, case, "cpu")
     assert res.ok, f"{case.id}: {res.message}"
+
+
+@pytest.mark.parametrize("feature, wide", [("mla", True), ("paged-window", False)])
+def test_flex_gets_small_tiles_for_wide_heads(monkeypatch, feature, wide):
+    """Head dims past 256 (MLA 576) get kernel_options that fit sm_90's shared memory (the
+    defaults asked 425984 B of 232448 B on an H200); others keep Inductor's defaults. The
+    options reach flex_attention, which takes them (eager here: the tile sizes themselves are
+    checked only when compiled on the GPU)."""
+    import decode_conformance_kernels.adapters.torch_flex as flex_mod
+    seen = []
+    real = flex_mod._compiled
+
+    def recording(device_type):
+        fn = real(device_type)
+
+        def call(*args, **kwargs):
+            seen.append(kwargs.get("kernel_options"))
+            return fn(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(flex_mod, "_compiled", recording)
+    k = load_kernel(SPEC)
+    case = _case(FEATURES[feature])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = run_case(k, case, "cpu")
+    assert res.ok, f"{case.id}: {res.message}"
+    assert seen and all(o == (flex_mod.WIDE_KERNEL_OPTIONS if wide else None) for o in seen), seen

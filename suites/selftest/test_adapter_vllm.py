@@ -90,3 +90,17 @@ def test_vllm_absent(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
     k = load_kernel(SPEC + "3d")
     assert k.caps.unavailable == "vllm is not installed"
+
+
+@pytest.mark.parametrize("path", ["2d", "3d"])
+def test_vllm_launch_obeys_the_capture_rules(fake, path):
+    """Declared cuda_graph_safe: the launch issues no host->device copy and reads no device
+    value on the host (FakeCapture, the rules a CUDA-graph capture enforces)."""
+    from decode_conformance.runner import prepare
+    from suites.selftest.fake_libraries import FakeCapture
+    k = load_kernel(SPEC + path)
+    assert k.caps.cuda_graph_safe
+    case = _pick(k, lambda c: 0 in c.seq_lens, 1)[0]
+    launch = k.plan(prepare(k, case, "cpu"))
+    with FakeCapture():
+        launch()

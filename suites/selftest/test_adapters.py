@@ -25,7 +25,8 @@ from decode_conformance.kernel_api import Capabilities, load_kernel
 from decode_conformance.runner import run_case
 from decode_conformance_kernels.adapters.flashinfer_decode import CAPS as FI_CAPS
 from suites.selftest._subpytest import PARITY, run_pytest, small_case_ids
-from suites.selftest.fake_libraries import fake_decode_attention_fwd, fake_flashinfer, fake_sglang
+from suites.selftest.fake_libraries import (CaptureViolation, FakeCapture, fake_decode_attention_fwd, fake_flashinfer,
+                                            fake_sglang)
 
 FI_SPEC = "decode_conformance_kernels.registry:flashinfer_decode"
 SG_SPEC = "decode_conformance_kernels.registry:sglang_decode"
@@ -188,8 +189,9 @@ def test_flashinfer_cuda_core_declares_its_group_sizes(fake_fi):
 @pytest.mark.parametrize("variant", ["_graph", "_tc_graph"])
 def test_flashinfer_graph_form_reads_lengths_at_launch(fake_fi, variant):
     """Planned once at capacity with fixed buffers, then relaunched on other lengths written
-    into the same tensors (what a CUDA-graph replay does): each launch must match the reference.
-    Planted: a launch that keeps the plan's metadata fails."""
+    into the same tensors (what a CUDA-graph replay does), each launch under the capture rules
+    (FakeCapture: no host tensors, no host reads of device values): each must match the
+    reference. Planted: a launch that keeps the plan's metadata fails."""
     from decode_conformance.graphs import capacity_case, load_scenario
     from decode_conformance.metrics import judge
     from decode_conformance.runner import prepare, yardstick
@@ -212,7 +214,8 @@ def test_flashinfer_graph_form_reads_lengths_at_launch(fake_fi, variant):
             view = load_scenario(cap, scenario, seed=scenario.seed)
             ref, tier = yardstick(k, scenario, view)
             cap.repoison_outputs()
-            run()
+            with FakeCapture():
+                run()
             v = judge(scenario, view.out, view.lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lse, view.sinks, lse_slack=tier.lse_slack)
             if not v.passed:
                 bad.append(f"{lens}: {v.summary()}")
@@ -225,6 +228,22 @@ def test_flashinfer_graph_form_reads_lengths_at_launch(fake_fi, variant):
         assert replays(launch), "a launch on the plan's stale lengths must fail"
     finally:
         fi_mod.device_page_metadata = stale
+
+
+def test_capture_rules_catch_host_copies_and_syncs():
+    """The capture rules on the class of bug a real capture raised on: a host scalar written into
+    a device buffer (`t[0] = 0`), and a host read of a device value. Their capturable
+    equivalents pass."""
+    t = torch.zeros(4, dtype=torch.int32)
+    for planted in (lambda: t.__setitem__(0, 0), lambda: int(t[1]), lambda: bool(t.any()),
+                    lambda: t.add_(torch.tensor([1, 2, 3, 4], dtype=torch.int32))):
+        with pytest.raises(CaptureViolation), FakeCapture():
+            planted()
+    with FakeCapture():
+        t[:1].zero_()
+        torch.cumsum(t, 0, dtype=torch.int32, out=t)
+        t.add_(1)
+    assert t.tolist() == [1, 1, 1, 1]
 
 
 MLA_CASES = [c for c in build_set("parity", "interpreter") if c.mla and c.head_dim == 576]
@@ -266,6 +285,17 @@ def test_sglang_declares_its_conventions(fake_sg):
     assert not fake_sg.caps.lse and fake_sg.caps.mla and fake_sg.caps.num_splits and fake_sg.caps.sinks
 
 
+def test_sglang_launch_obeys_the_capture_rules(fake_sg):
+    """Declared cuda_graph_safe: the launch issues no host->device copy and reads no device
+    value on the host (FakeCapture, the rules a CUDA-graph capture enforces)."""
+    from decode_conformance.runner import prepare
+    assert fake_sg.caps.cuda_graph_safe
+    case = next(c for c in SG_CASES if c.window is not None and not fake_sg.caps.missing_for(c, "cuda"))
+    launch = fake_sg.plan(prepare(fake_sg, case, "cpu"))
+    with FakeCapture():
+        launch()
+
+
 @pytest.mark.parametrize("case", SG_CASES, ids=lambda c: c.id)
 def test_sglang_adapter_against_fake(fake_sg, case):
     if fake_sg.caps.missing_for(case, "cuda"):
@@ -301,3 +331,13 @@ def test_sglang_old_signature_declares_less(monkeypatch):
     assert k.caps.kv_dtypes == frozenset({"bf16", "fp16"}) and not k.caps.sinks
     case = next(c for c in SG_CASES if not k.caps.missing_for(c, "cuda") and all(n > 0 for n in c.seq_lens))
     assert run_case(k, case, "cpu").ok
+
+
+def test_sglang_declares_no_zero_length_rows(fake_sg):
+    """sglang's engine pads CUDA-graph batches with seq_len 1, never 0: a case with a 0-length
+    row is skipped naming the rule; one without runs."""
+    empty = next(c for c in SG_CASES if 0 in c.seq_lens)
+    reasons = fake_sg.caps.missing_for(empty, "cuda")
+    assert any("min_len 0" in r and "seq_len 1" in r for r in reasons), reasons
+    full = next(c for c in SG_CASES if min(c.seq_lens) > 0)
+    assert not fake_sg.caps.missing_for(full, "cuda")
