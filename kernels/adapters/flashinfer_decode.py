@@ -58,6 +58,7 @@ LN2 = math.log(2.0)
 CUDA_CORE_GROUPS = frozenset({1, 2, 3, 4, 6, 8, 16})
 
 CAPS = Capabilities(
+    deterministic=True,  # no atomics or arrival-order merges on this path: shown by the determinism scenario
     head_dims=frozenset({64, 128, 256}),
     gqa_groups=CUDA_CORE_GROUPS,
     window_convention="excludes-current",

@@ -29,6 +29,7 @@ BACKENDS = {"flashinfer_mla": "fa2", "flashinfer_mla_fa3": "fa3"}
 CKV, KPE = 512, 64
 
 CAPS = Capabilities(
+    deterministic=True,  # no atomics or arrival-order merges on this path: shown by the determinism scenario
     kv_dtypes=frozenset({"bf16", "fp16"}),
     layouts=frozenset({"paged"}),
     head_dims=frozenset({CKV + KPE}),  # with the rule below: MLA 576/512 cases only

@@ -59,6 +59,7 @@ _REQUIRED = ("q", "k_buffer", "v_buffer", "o", "kv_indptr", "kv_indices", "attn_
              "num_kv_splits", "max_kv_splits", "sm_scale")
 
 CAPS = Capabilities(
+    deterministic=True,  # no atomics or arrival-order merges on this path: shown by the determinism scenario
     window_convention="counts-current",
     mla=True,
     softcap=True,

@@ -56,7 +56,7 @@ def _compiled(device_type: str):
 
 class TorchFlexKernel:
     name = "torch_flex"
-    caps = Capabilities(window_convention="counts-current", softcap=True, sinks=True, lse=True, mla=True,
+    caps = Capabilities(deterministic=True, window_convention="counts-current", softcap=True, sinks=True, lse=True, mla=True,
                         cuda_graph_safe=False)
 
     def __init__(self):

@@ -11,7 +11,7 @@ from decode_conformance.kernel_api import Capabilities
 
 class TorchSdpaKernel:
     name = "torch_sdpa"
-    caps = Capabilities(window_convention="counts-current", softcap=False, sinks=False, lse=False,
+    caps = Capabilities(deterministic=True, window_convention="counts-current", softcap=False, sinks=False, lse=False,
                         cuda_graph_safe=False)
 
     def plan(self, batch):

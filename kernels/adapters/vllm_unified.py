@@ -51,6 +51,7 @@ _FORCE_3D = ("seq_threshold_3D", "num_par_softmax_segments", "softmax_segm_outpu
              "softmax_segm_expsum")
 
 CAPS = Capabilities(
+    deterministic=True,  # no atomics or arrival-order merges on this path: shown by the determinism scenario
     window_convention="counts-current",
     mla=False,
     softcap=True,
