@@ -63,7 +63,7 @@ def load(kernel, device: Optional[str] = None):
     """A kernel from a spec ('pkg.module:obj' or a registered name such as 'lean') or an object;
     on cpu Triton's interpreter is switched on first, as the plugin does."""
     if _device(device) == "cpu":
-        from .isolation import use_interpreter
+        from .devices import use_interpreter
         use_interpreter()
     from .kernel_api import KernelLoadError, kernel_specs, load_kernel, resolve_kernel
     try:
