@@ -12,6 +12,12 @@ every launch (decode_conformance's timer). Each kernel's output is first compare
 torch_gather's (our float32 torch implementation) on the same inputs: a kernel that is wrong
 on the cell is reported, not timed. A kernel that does not declare the cell's shape, or whose
 library is absent, gets the skip reason. Writes DIR/peer_table.json and DIR/peer_table.md.
+
+Before the timing process launches anything, each kernel meets every cell once in a process of
+its own (`--preflight NAME`, a few at a time): a launch that kills its CUDA context (an
+illegal address) would otherwise take the whole table down with it. The child writes one
+JSON line per cell as it goes, so a crash names the cell it died on; that kernel is then
+reported as "crashed" on that cell and left out of the timing there.
 """
 from __future__ import annotations
 
@@ -96,24 +102,76 @@ def measure_cell(cell, kernels, reference, timing, rounds: int, reps: int) -> di
     return entries
 
 
+def preflight(name: str) -> int:
+    """Child process: plan, launch and synchronise `name` once on every cell it declares; one JSON
+    line per cell on stdout, flushed before the next launch."""
+    import torch
+    from decode_conformance.runner import prepare
+    _, load_cells, _ = perf_api()
+    k = _load(name)
+    for cell in load_cells():
+        if k.caps.missing_for(cell.case, "cuda"):
+            continue
+        print(json.dumps({"cell": cell.name, "status": "started"}), flush=True)
+        try:
+            batch = prepare(k, cell.case, "cuda")
+            k.plan(batch)()
+            torch.cuda.synchronize()
+            status = "ok"
+        except Exception as e:  # reported by measure_cell in the timing process, with the same message
+            status = f"error: {type(e).__name__}"
+        print(json.dumps({"cell": cell.name, "status": status}), flush=True)
+    return 0
+
+
+def crashed_cells(names, jobs: int) -> dict:
+    """{kernel: {cell: why}} for the cells whose pre-flight process died (signal, CUDA abort)."""
+    import concurrent.futures as cf
+    import subprocess
+
+    def one(name):
+        p = subprocess.run([sys.executable, __file__, "--preflight", name], capture_output=True, text=True)
+        lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+        if p.returncode == 0:
+            return name, {}
+        last = lines[-1]["cell"] if lines and lines[-1]["status"] == "started" else "(before the first cell)"
+        tail = " ".join(p.stderr.strip().splitlines()[-2:])[-200:]
+        return name, {last: f"pre-flight process died (exit {p.returncode}): {tail}"}
+
+    with cf.ThreadPoolExecutor(max(1, jobs)) as pool:
+        return dict(pool.map(one, names))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="folder for peer_table.json / .md")
+    ap.add_argument("--out", help="folder for peer_table.json / .md")
     ap.add_argument("--kernel", action="append", help="registry names (default: shipped + every adapter)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--preflight-jobs", type=int, default=4, help="pre-flight processes at a time")
+    ap.add_argument("--preflight", metavar="NAME", help=argparse.SUPPRESS)  # the child's entry
     a = ap.parse_args(argv)
+    if a.preflight:
+        return preflight(a.preflight)
+    if not a.out:
+        ap.error("--out is required")
     import torch
     if not torch.cuda.is_available():
         ap.error("--out: the peer table times kernels on a GPU; none is visible here")
     timing, load_cells, bytes_moved = perf_api()
     names = a.kernel or list(SHIPPED + ADAPTERS)
     kernels = [_load(n) for n in names]
+    crashed = crashed_cells([k.name for k in kernels if not k.caps.unavailable], a.preflight_jobs)
+    for name, cells in crashed.items():
+        for cell, why in cells.items():
+            print(f"{name} on {cell}: {why}", flush=True)
     reference = _load("torch_gather")
     tbs = timing.read_bandwidth_tbs()
     rows = {}
     for cell in load_cells():
-        entries = measure_cell(cell, kernels, reference, timing, a.rounds, a.reps)
+        dead = {k.name: crashed.get(k.name, {}).get(cell.name) for k in kernels}
+        entries = measure_cell(cell, [k for k in kernels if not dead[k.name]], reference, timing, a.rounds, a.reps)
+        entries.update({n: {"status": "crashed", "reason": why} for n, why in dead.items() if why})
         floor_us = bytes_moved(cell.case) / (tbs * 1e12) * 1e6
         base = entries.get(BASELINE, {}).get("median_us")
         for e in entries.values():

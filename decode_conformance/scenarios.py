@@ -101,6 +101,21 @@ def _graph_cases(profile: str) -> list[tuple[Case, ...]]:
             for b in sorted(GRAPH_REPLAYS)]
 
 
+def graph_replays(kernel, case: Case, device) -> tuple[list[Case], list[str]]:
+    """The replays of `case`'s graph that `kernel` declares it takes, and a 'not run' line for
+    each it excludes by a shape rule (e.g. min_len: sglang's engine never replays a 0-length
+    row, it pads with length 1)."""
+    run, not_run = [], []
+    for i, lens in enumerate(GRAPH_REPLAYS[case.batch]):
+        replay_case = case.replace(seq_lens=lens, seed=100 + i)
+        missing = kernel.caps.missing_for(replay_case, device_type(device))
+        if missing:
+            not_run.append(f"replay {replay_case.id} not run: {', '.join(missing)}")
+        else:
+            run.append(replay_case)
+    return run, not_run
+
+
 def _graph_replay(kernel, case, device, res):
     from .graphs import bitwise_equal, load_scenario, with_fresh_outputs
     cap = prepare(kernel, case, device)
@@ -122,8 +137,8 @@ def _graph_replay(kernel, case, device, res):
 
     guarded(cap, capture, "capture: ")
     failures = []
-    for i, lens in enumerate(GRAPH_REPLAYS[case.batch]):
-        replay_case = case.replace(seq_lens=lens, seed=100 + i)
+    replays, not_run = graph_replays(kernel, case, device)
+    for replay_case in replays:
         view = load_scenario(cap, replay_case, seed=replay_case.seed)
         ref, tier = yardstick(kernel, replay_case, view)
         cap.repoison_outputs()
@@ -137,8 +152,8 @@ def _graph_replay(kernel, case, device, res):
         differs = bitwise_equal(view, replayed, lse=kernel.caps.lse)
         if not v.passed or differs:
             failures.append(f"replay {replay_case.id}: {v.summary()}" + (f"; graph vs eager: {differs}" if differs else ""))
-    res.kernel_note = cap.kernel_note
-    return failures
+    res.kernel_note = "; ".join(filter(None, [cap.kernel_note] + not_run))
+    return failures + (not_run if failures else [])
 
 
 # ---- determinism --------------------------------------------------------------------------------------

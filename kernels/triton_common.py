@@ -96,6 +96,26 @@ def kv_tile(x, kv_ptr, q_dtype, E4M3_BITS: tl.constexpr, FP8_MMA: tl.constexpr):
         return fp8_operand(x, kv_ptr, FP8_MMA)
 
 
+# Hopper's fp8 MMA (wgmma) adds products into an accumulator of reduced precision, and Triton
+# on sm_90 lets that run over the whole K of a dot unless told otherwise (its CUDA backend sets
+# max_num_imprecise_acc_default = 2**30 for capability 90; 0 elsewhere). Promoting into the fp32
+# accumulator every 32 products (one wgmma k-step for fp8) keeps an fp8 x fp8 dot the fp32
+# accumulation the "fp8-q-and-p" tier and the LSE budget model. Seen on an H200: without it,
+# one row of 512 of an e4m3 MLA-576 case had its LSE at 1.22x the derived budget.
+FP8_PROMOTE_EVERY = tl.constexpr(32)
+
+
+@triton.jit
+def mma(a, b, FP8_MMA: tl.constexpr):
+    """a @ b with an fp32 accumulator; fp8 operands (FP8_MMA) promoted every FP8_PROMOTE_EVERY
+    products (at most K, which tl.dot requires)."""
+    if FP8_MMA:
+        out = tl.dot(a, b, max_num_imprecise_acc=FP8_PROMOTE_EVERY if a.shape[1] >= FP8_PROMOTE_EVERY else a.shape[1])
+    else:
+        out = tl.dot(a, b)
+    return out
+
+
 @triton.jit
 def attend_range(
     q_ptr, stride_qh, stride_qd,  # q_ptr: first query head of the tile in request b
@@ -151,12 +171,12 @@ def attend_range(
         k = tl.load(k_ptr + k_row[:, None] + offs_d[None, :] * stride_kd,
                     mask=nmask[:, None] & dmask[None, :], other=0.0)
         k = kv_tile(k, k_ptr, q_dtype, E4M3_BITS, FP8_MMA)
-        qk = tl.dot(q, tl.trans(k))
+        qk = mma(q, tl.trans(k), FP8_MMA)
         if BLOCK_DPE > 0:
             k_pe = tl.load(k_ptr + k_row[:, None] + (D_MAIN + offs_pe[None, :]) * stride_kd,
                            mask=nmask[:, None] & pemask[None, :], other=0.0)
             k_pe = kv_tile(k_pe, k_ptr, q_dtype, E4M3_BITS, FP8_MMA)
-            qk += tl.dot(q_pe, tl.trans(k_pe))
+            qk += mma(q_pe, tl.trans(k_pe), FP8_MMA)
         qk = qk * qk_scale
         if SOFTCAP:
             qk = softcap * tanh_safe(qk / softcap)
@@ -174,7 +194,7 @@ def attend_range(
             v = tl.load(v_ptr + v_row[:, None] + offs_v[None, :] * stride_vd,
                         mask=nmask[:, None] & vmask[None, :], other=0.0)
             v = kv_tile(v, v_ptr, q_dtype, E4M3_BITS, FP8_MMA)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, FP8_MMA)
         m_i = m_new
     return acc, m_i, l_i
 

@@ -14,12 +14,15 @@ Translation from the suite's DecodeBatch (docs/kernel-contract.md):
   - sinks: from flex's natural-log LSE: lse' = logaddexp(lse, sink), out' = out * exp(lse - lse'),
     the sink entering the denominator only.
   - empty requests: every key masked; flex writes 0 and an LSE of -inf.
-  - head dims past 256 (MLA 576/512): kernel_options BLOCK_M 16, BLOCK_N 32, one stage
-    (FlexKernelOptions). flex rounds the QK head dim up to a power of two (1024 for 576), and on
-    an H200 (torch 2.11, 2026-12-01) none of Inductor's default configs for the template fit:
-    "No valid triton configs ... Required: 425984 Hardware limit: 232448" (bytes of shared
-    memory). Tiles of 16 x 1024 (q), 32 x 1024 (K) and 32 x 512 (V) in 16-bit, single-stage, are
-    about 128 KiB.
+  - head dims past 256 (MLA 576/512, 288/256): kernel_options BLOCK_N 32 (16 when more than 16
+    query heads share a KV head), one stage, 4 warps (FlexKernelOptions). flex rounds the QK head
+    dim up to a power of two (1024 for 576), and on an H200 (torch 2.11, 2026-12-01) none of
+    Inductor's default configs for the template fit: "No valid triton configs ... Required:
+    425984 Hardware limit: 232448" (bytes of shared memory). BLOCK_M is left to flex: its
+    decoding template puts the query heads sharing a KV head on BLOCK_M rows and sets BLOCK_M to
+    max(16, next power of two of that group) (torch/_inductor/kernel/flex/flex_decoding.py); a
+    smaller BLOCK_M does not compile ("CompilationError", seen on the H200 for groups 32 and 128
+    when this adapter forced 16).
 Not graph-safe: the block mask and the token table are built at plan time from the lengths.
 """
 from __future__ import annotations
@@ -36,12 +39,18 @@ def _flex():
 
 _COMPILED = {}
 WIDE_HEAD_DIM = 256  # above this, the default configs exceed sm_90's 227 KiB of shared memory
-WIDE_KERNEL_OPTIONS = {"BLOCK_M": 16, "BLOCK_N": 32, "num_stages": 1, "num_warps": 4}
+WIDE_KERNEL_OPTIONS = {"BLOCK_N": 32, "num_stages": 1, "num_warps": 4}
+WIDE_GROUP = 16  # more query heads per KV head than this: flex's BLOCK_M grows, so BLOCK_N halves
 
 
-def kernel_options(head_dim: int):
-    """flex_attention's kernel_options for this head dim (None: Inductor's defaults)."""
-    return dict(WIDE_KERNEL_OPTIONS) if head_dim > WIDE_HEAD_DIM else None
+def kernel_options(head_dim: int, group: int = 1):
+    """flex_attention's kernel_options for this head dim and GQA group (None: Inductor's defaults)."""
+    if head_dim <= WIDE_HEAD_DIM:
+        return None
+    options = dict(WIDE_KERNEL_OPTIONS)
+    if group > WIDE_GROUP:
+        options["BLOCK_N"] = 16
+    return options
 
 
 def _compiled(device_type: str):
@@ -86,7 +95,7 @@ class TorchFlexKernel:
         dt = batch.q.dtype
         k_slots, v_slots = batch.k_slots(), batch.v_slots()
         keep = valid[:, :, None, None]
-        options = kernel_options(batch.head_dim)
+        options = kernel_options(batch.head_dim, batch.num_q_heads // batch.num_kv_heads)
 
         def gathered(pool, scale):
             x = pool[slots].to(dt) * scale  # [B, L, Hkv, D]

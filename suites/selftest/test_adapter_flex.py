@@ -63,3 +63,14 @@ def test_flex_gets_small_tiles_for_wide_heads(monkeypatch, feature, wide):
         res = run_case(k, case, "cpu")
     assert res.ok, f"{case.id}: {res.message}"
     assert seen and all(o == (flex_mod.WIDE_KERNEL_OPTIONS if wide else None) for o in seen), seen
+
+
+@pytest.mark.parametrize("group, block_n", [(1, 32), (16, 32), (32, 16), (128, 16)])
+def test_flex_wide_heads_leave_block_m_to_flex(group, block_n):
+    """flex's decoding template holds a KV head's query group on BLOCK_M rows and sizes BLOCK_M
+    from the group itself; forcing 16 failed to compile on an H200 for groups 32 and 128. Wider
+    groups take a narrower K/V step instead, to stay inside the shared memory."""
+    import decode_conformance_kernels.adapters.torch_flex as flex_mod
+    opts = flex_mod.kernel_options(576, group)
+    assert "BLOCK_M" not in opts and opts["BLOCK_N"] == block_n and opts["num_stages"] == 1, opts
+    assert flex_mod.kernel_options(128, group) is None

@@ -341,3 +341,17 @@ def test_sglang_declares_no_zero_length_rows(fake_sg):
     assert any("min_len 0" in r and "seq_len 1" in r for r in reasons), reasons
     full = next(c for c in SG_CASES if min(c.seq_lens) > 0)
     assert not fake_sg.caps.missing_for(full, "cuda")
+
+
+def test_graph_replay_takes_only_the_lengths_a_kernel_declares(fake_sg):
+    """The graph-replay scenario applies the kernel's shape rules to each replay, as batch
+    invariance does: sglang (min_len >= 1) is not replayed with a 0-length row, and each
+    replay left out is named; a kernel without the rule takes every replay."""
+    from decode_conformance import scenarios
+    from decode_conformance_kernels.registry import adaptive_split
+    cap = scenarios.SCENARIOS["graph-replay"].fixed_cases("gpu")[1][0]  # batch 4, at capacity
+    run, not_run = scenarios.graph_replays(fake_sg, cap, "cuda")
+    assert [c.seq_lens for c in run] == [(1, 32769, 7, 4096), (33, 33, 33, 33)]
+    assert len(not_run) == 2 and all("not run: min_len 0" in line for line in not_run), not_run
+    run, not_run = scenarios.graph_replays(adaptive_split(), cap, "cuda")
+    assert len(run) == len(scenarios.GRAPH_REPLAYS[4]) and not not_run
