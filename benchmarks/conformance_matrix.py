@@ -15,7 +15,12 @@ import argparse
 import json
 import pathlib
 import re
+import sys
 from collections import Counter, defaultdict
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 GENERATED_END = "<!-- end of generated matrix: triage below is kept by benchmarks/conformance_matrix.py -->"
 PARITY_TESTS = ("test_parity",)
@@ -80,6 +85,13 @@ def cell(rows: list[dict]) -> str:
 def load(paths) -> tuple[list[dict], dict]:
     rows, kernels = [], {}
     for p in paths:
+        if str(p).endswith(".partial.jsonl"):  # a run that was stopped: its rows so far, and what was in flight
+            from decode_conformance.report import read_partial
+            got, in_flight = read_partial(p)
+            rows += got
+            for nodeid in in_flight:
+                print(f"{p}: started, no result (the run was stopped here): {nodeid}", file=sys.stderr)
+            continue
         data = json.loads(pathlib.Path(p).read_text())
         rows += data.get("results", [])
         kernels.update(data.get("meta", {}).get("kernels", {}))

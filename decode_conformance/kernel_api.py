@@ -44,19 +44,24 @@ SHAPE_FIELDS = ("group", "num_q_heads", "num_kv_heads", "head_dim", "v_head_dim"
 class ShapeRule:
     """A declared limit on the case's shape, kept as data so the skip reason can name it:
     `field` (one of SHAPE_FIELDS) must be in `allowed` and/or within [min, max]. `why` says
-    where the limit comes from (shown in the skip reason)."""
+    where the limit comes from (shown in the skip reason). `when` (another ShapeRule, its own
+    `why` unused) limits the rule to the cases that satisfy it: ShapeRule("group", max=64,
+    when=ShapeRule("head_dim", min=257)) admits any group up to head dim 256."""
 
     field: str
     allowed: Optional[frozenset] = None
     min: Optional[int] = None
     max: Optional[int] = None
     why: str = ""
+    when: Optional["ShapeRule"] = None
 
     def __post_init__(self):
         if self.field not in SHAPE_FIELDS:
             raise ValueError(f"ShapeRule.field: expected one of {SHAPE_FIELDS}, got {self.field!r}")
         if self.allowed is None and self.min is None and self.max is None:
             raise ValueError(f"ShapeRule({self.field!r}): expected allowed, min or max; got none")
+        if self.when is not None and not isinstance(self.when, ShapeRule):
+            raise ValueError(f"ShapeRule({self.field!r}).when: expected a ShapeRule, got {self.when!r}")
 
     def value(self, case: Case) -> int:
         if self.field == "batch_size":
@@ -67,6 +72,8 @@ class ShapeRule:
 
     def violation(self, case: Case) -> Optional[str]:
         """None when the case satisfies the rule, else the reason (field, value, what is supported)."""
+        if self.when is not None and self.when.violation(case) is not None:
+            return None  # the rule does not apply to this case
         v = self.value(case)
         bad = ((self.allowed is not None and v not in self.allowed) or (self.min is not None and v < self.min)
                or (self.max is not None and v > self.max))
@@ -79,7 +86,15 @@ class ShapeRule:
             want.append(f">= {self.min}")
         if self.max is not None:
             want.append(f"<= {self.max}")
-        return f"{self.field} {v} (supported: {' and '.join(want)}{'; ' + self.why if self.why else ''})"
+        where = f" when {self.when.bounds()}" if self.when is not None else ""
+        return f"{self.field} {v} (supported: {' and '.join(want)}{where}{'; ' + self.why if self.why else ''})"
+
+    def bounds(self) -> str:
+        """'field{a,b}>=min<=max', as --list-kernels prints a rule."""
+        text = self.field + ("{" + ",".join(str(a) for a in sorted(self.allowed)) + "}" if self.allowed is not None
+                             else "") + (f">={self.min}" if self.min is not None else "") + (
+            f"<={self.max}" if self.max is not None else "")
+        return text + (f" when {self.when.bounds()}" if self.when is not None else "")
 
 
 @dataclass(frozen=True)
@@ -212,9 +227,7 @@ class Capabilities:
         if self.gqa_groups is not None:
             parts.append("groups " + ",".join(str(g) for g in sorted(self.gqa_groups)))
         for r in self.shape_rules:
-            parts.append("rule " + r.field + ("{" + ",".join(str(a) for a in sorted(r.allowed)) + "}" if r.allowed
-                                              is not None else "") + (f">={r.min}" if r.min is not None else "")
-                         + (f"<={r.max}" if r.max is not None else ""))
+            parts.append("rule " + r.bounds())
         parts.append(f"window {self.window_convention}" if self.window_convention else "no window")
         parts.append(f"fp8 {self.fp8_math}")
         for flag in ("mla", "softcap", "sinks", "lse", "num_splits", "cuda_graph_safe", "deterministic",

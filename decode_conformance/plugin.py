@@ -226,6 +226,28 @@ def pytest_runtest_logreport(report):
     row = row_from_report(report, json.loads(props["dc_row"]))
     if row is not None:
         config.stash.setdefault(REPORT, []).append(row)
+        partial = _partial(config)
+        if partial is not None:
+            partial.row(report.nodeid, row)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """On the controller: the partial report names each test as it starts (what a killed run
+    was stuck on)."""
+    config = _CONTROLLER.get("config")
+    partial = _partial(config) if config is not None and state_of(config) is not None else None
+    if partial is not None:
+        partial.started(nodeid)
+
+
+def _partial(config):
+    path = config.getoption("--conformance-report", None)
+    if not path or hasattr(config, "workerinput"):
+        return None
+    if _PARTIAL not in config.stash:
+        from .report import PartialReport
+        config.stash[_PARTIAL] = PartialReport(path)
+    return config.stash[_PARTIAL]
 
 
 _CONTROLLER: dict = {}
@@ -251,8 +273,11 @@ def pytest_sessionfinish(session, exitstatus):
     if path:
         from .report import write_report
         config.stash[_WRITTEN] = write_report(path, rows, s, empty)
+        if _PARTIAL in config.stash:
+            config.stash[_PARTIAL].finish()
 
 
+_PARTIAL = pytest.StashKey[object]()
 _EMPTY = pytest.StashKey[list]()
 _WRITTEN = pytest.StashKey[tuple]()
 

@@ -4,6 +4,12 @@ Rows come from every conformance test of the run (parity, CUDA-graph replay, det
 batch invariance, perf, ...), one per (test, kernel, case). The Markdown puts failures first,
 each with its reproduce line, then a per-kernel summary and the environment (versions, GPU
 class, kernel specs, ledgers); the full matrix follows in a collapsed section.
+
+While the run goes, PATH.partial.jsonl gets one line per test as it starts ({"started":
+nodeid}) and one per finished row, flushed as written: a run that is killed (a CI limit, a
+hung kernel under --isolation=none) still leaves its results, and the tests that started but
+never finished name what it was stuck on. A run that ends writes PATH.json / PATH.md and
+removes the partial file.
 """
 from __future__ import annotations
 
@@ -149,10 +155,57 @@ def markdown(rows: list[dict], env: dict, empty: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(path: str, rows: list[dict], state, empty: list[str]) -> tuple[pathlib.Path, pathlib.Path]:
+def report_base(path: str) -> pathlib.Path:
     base = pathlib.Path(path)
-    if base.suffix in (".json", ".md"):
-        base = base.with_suffix("")
+    return base.with_suffix("") if base.suffix in (".json", ".md") else base
+
+
+class PartialReport:
+    """PATH.partial.jsonl, appended line by line on the controller while the run goes."""
+
+    def __init__(self, path: str):
+        self.path = report_base(path).with_suffix(".partial.jsonl")
+        self._f = None
+
+    def _write(self, obj: dict) -> None:
+        if self._f is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "w", buffering=1)
+        self._f.write(json.dumps(obj) + "\n")
+        self._f.flush()
+
+    def started(self, nodeid: str) -> None:
+        self._write({"started": nodeid})
+
+    def row(self, nodeid: str, row: dict) -> None:
+        self._write({"row": row, "nodeid": nodeid})
+
+    def finish(self) -> None:
+        """The full report is written: the partial one is no longer needed."""
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+        self.path.unlink(missing_ok=True)
+
+
+def read_partial(path) -> tuple[list[dict], list[str]]:
+    """(rows, node ids started but with no row yet) from a partial report."""
+    rows, started = [], {}
+    for line in pathlib.Path(path).read_text().splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:  # the last line of a killed run may be cut
+            continue
+        if "started" in obj:
+            started[obj["started"]] = True
+        elif "row" in obj:
+            rows.append(obj["row"])
+            started.pop(obj.get("nodeid", ""), None)
+    return rows, list(started)
+
+
+def write_report(path: str, rows: list[dict], state, empty: list[str]) -> tuple[pathlib.Path, pathlib.Path]:
+    base = report_base(path)
     base.parent.mkdir(parents=True, exist_ok=True)
     jp, mp = base.with_suffix(".json"), base.with_suffix(".md")
     env = environment(state)

@@ -9,8 +9,9 @@ Translation from the suite's DecodeBatch (docs/kernel-contract.md):
   - metadata: the canonical CSR form, MLAPlanMetadata.csr(qo_indptr = 0..B, kv_indptr over
     pages, kv_indices = block_table rows, kv_len_arr = the lengths), host tensors (plan()
     normalises them to the device). causal=False: one query per request sees all its keys.
-  - LSE: planned with lse_mode="basee" (natural log, the contract's base), returned into
-    batch.lse.
+  - LSE: planned with lse_mode="basee" (natural log, the contract's base) and run with
+    return_lse_base_on_e=True, returned into batch.lse. 0.7.2 checks that the run asks for the
+    planned mode ("LSE mode mismatch: planned 'basee', got 'base2'" otherwise, seen on the H200).
   - workspace: 128 MiB float workspace from batch.workspace, zero-filled.
 Declared: bf16 / fp16 caches only (fp8 MLA is a different scale contract), no window, no
 soft-cap, no sinks, head dim 576 with V 512 only.
@@ -72,7 +73,8 @@ class FlashinferMlaKernel:
         kv = batch.k_cache[:, :, 0, :]  # [pages, P, 576]: ckv then kpe, as flashinfer packs them
 
         def launch():
-            wrapper.run(query=batch.q, kv_cache=kv, out=batch.out, lse=batch.lse, return_lse=True)
+            wrapper.run(query=batch.q, kv_cache=kv, out=batch.out, lse=batch.lse, return_lse=True,
+                        return_lse_base_on_e=True)  # the planned mode: 0.7.2 refuses a run that differs
         return launch
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from decode_conformance.kernel_api import Capabilities
+from decode_conformance.kernel_api import Capabilities, ShapeRule
 
 
 def _flex():
@@ -41,6 +41,15 @@ _COMPILED = {}
 WIDE_HEAD_DIM = 256  # above this, the default configs exceed sm_90's 227 KiB of shared memory
 WIDE_KERNEL_OPTIONS = {"BLOCK_N": 32, "num_stages": 1, "num_warps": 4}
 WIDE_GROUP = 16  # more query heads per KV head than this: flex's BLOCK_M grows, so BLOCK_N halves
+
+
+# Past head dim 512 flex pads QK to 1024 and holds BLOCK_M = next_pow2(group) query rows of it in
+# shared memory: group 128 needs 294912 B against sm_90's 232448 ("No valid triton configs ...
+# Required: 294912", H200, torch 2.11, 2026-12-01, h128g128 d576 with BLOCK_N 16, one stage: that
+# is 2 B x (128 + 16) x 1024); group 64 by the same count needs 2 x (64 + 16) x 1024 = 163840 B.
+WIDE_GROUP_RULE = ShapeRule("group", max=64, when=ShapeRule("head_dim", min=513),
+                            why="flex's decode template keeps next_pow2(group) x 1024 query rows in shared memory: "
+                                "group 128 at head dim 576 needs 294912 B of sm_90's 232448 (torch 2.11)")
 
 
 def kernel_options(head_dim: int, group: int = 1):
@@ -66,7 +75,7 @@ def _compiled(device_type: str):
 class TorchFlexKernel:
     name = "torch_flex"
     caps = Capabilities(deterministic=True, window_convention="counts-current", softcap=True, sinks=True, lse=True, mla=True,
-                        cuda_graph_safe=False)
+                        cuda_graph_safe=False, shape_rules=(WIDE_GROUP_RULE,))
 
     def __init__(self):
         self.library_version = torch.__version__

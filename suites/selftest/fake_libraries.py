@@ -216,8 +216,15 @@ def fake_flashinfer():
                 o_scale=None, *, query=None, kv_cache=None, ckv_scale=None, ckv_scale_arr=None, kpe_scale=None,
                 sinks=None, skip_softmax_threshold_scale_factor=None, bmm1_scale=None, bmm2_scale=None):
             _record(m, "BatchMLAPagedAttentionWrapper.run", query=query, kv_cache=kv_cache, out=out, lse=lse,
-                    return_lse=return_lse)
+                    return_lse=return_lse, return_lse_base_on_e=return_lse_base_on_e)
             p = self.p
+            # 0.7.2's planned-run contract (mla/_batch_mla/_contracts.py, validate_run_options): the
+            # LSE mode a run asks for must be the one planned, else ValueError.
+            asked = ("basee" if return_lse_base_on_e else "base2") if (
+                return_lse or lse is not None or return_lse_base_on_e) else "none"
+            if asked != p["lse_mode"]:
+                raise ValueError(f"MLA planned run argument LSE mode mismatch: planned {p['lse_mode']!r}, got "
+                                 f"{asked!r}; re-plan with the needed arguments.")
             indptr, indices, lens = (p[k].tolist() for k in ("kv_indptr", "kv_indices", "kv_len_arr"))
             for b in range(query.shape[0]):
                 pages = indices[indptr[b]:indptr[b + 1]]

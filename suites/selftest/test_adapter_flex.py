@@ -74,3 +74,16 @@ def test_flex_wide_heads_leave_block_m_to_flex(group, block_n):
     opts = flex_mod.kernel_options(576, group)
     assert "BLOCK_M" not in opts and opts["BLOCK_N"] == block_n and opts["num_stages"] == 1, opts
     assert flex_mod.kernel_options(128, group) is None
+
+
+def test_flex_declares_the_group_its_template_cannot_hold_at_576():
+    """H200, torch 2.11: group 128 at head dim 576 asks 294912 B of shared memory (232448 B
+    there); the adapter declares it instead of failing, and keeps every group at head dim 128."""
+    from decode_conformance.cases import Case
+    k = load_kernel(SPEC)
+    wide = Case(kv_dtype="e4m3", num_q_heads=128, num_kv_heads=1, head_dim=576, seq_lens=(7,), v_head_dim=512,
+                mla=True, page_size=64)
+    assert any(r.startswith("group 128 (supported: <= 64 when head_dim>=513") for r in k.caps.missing_for(wide, "cuda"))
+    assert not k.caps.missing_for(wide.replace(num_q_heads=8), "cuda")
+    assert not k.caps.missing_for(Case(kv_dtype="bf16", num_q_heads=128, num_kv_heads=1, head_dim=128, seq_lens=(7,)),
+                                  "cuda")

@@ -128,6 +128,27 @@ def test_timeout_without_isolation_ends_the_run_and_says_why():
     assert re.search(r"Timeout \(0:00:01\.5", run.out) and "_hang" in run.out, run.out[-2000:]
 
 
+def test_a_run_that_ends_early_leaves_its_partial_report(tmp_path):
+    """A run that never reaches its end (here: a hang under --isolation=none; on CI: a job limit)
+    still leaves PATH.partial.jsonl with the rows it finished and the test it was stuck on; a
+    run that ends removes it (the full report replaces it)."""
+    from decode_conformance.report import read_partial
+    case = small_case_ids(1)[0]
+    report = tmp_path / "rep"
+    run = run_pytest(PARITY, "-q", f"--kernel={GOOD}", f"--kernel={faulty('hang')}",
+                     f"--case-id={case}", "--isolation=none", "--case-timeout=1", f"--conformance-report={report}",
+                     timeout=120)
+    assert run.rc not in (0, 5), run.out[-2000:]
+    partial = tmp_path / "rep.partial.jsonl"
+    assert partial.exists() and not (tmp_path / "rep.json").exists(), run.out[-2000:]
+    rows, in_flight = read_partial(partial)
+    assert [(r["kernel"], r["status"]) for r in rows if r["case"] == case] == [("torch_gather", "passed")], rows
+    assert len(in_flight) == 1 and "faulty_hang" in in_flight[0] and case in in_flight[0], in_flight
+    ok = run_pytest(PARITY, "-q", f"--kernel={GOOD}", f"--case-id={case}", f"--conformance-report={report}",
+                    timeout=120)
+    assert ok.rc == 0 and (tmp_path / "rep.json").exists() and not partial.exists(), ok.out[-2000:]
+
+
 def test_a_relaunch_that_kills_or_hangs_fails_only_its_own_scenario_case(tmp_path):
     """Out-of-tree kernels correct on every first launch of a plan that abort the process /
     hang on the second launch of one plan (a graph replay on a GPU): in the whole parity suite

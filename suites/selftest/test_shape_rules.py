@@ -37,6 +37,21 @@ def test_shape_rules_are_data_and_named():
     assert "rule num_q_heads<=16" in caps.describe()
 
 
+def test_a_rule_can_hold_only_when_another_does():
+    """`when`: a limit that applies to part of the shape space only (torch_flex: group <= 64
+    past head dim 512, any group below)."""
+    rule = ShapeRule("group", max=64, when=ShapeRule("head_dim", min=513), why="shared memory")
+    caps = Capabilities(shape_rules=(rule,))
+    wide_mqa = Case(kv_dtype="bf16", num_q_heads=128, num_kv_heads=1, head_dim=576, seq_lens=(7,), v_head_dim=512,
+                    mla=True)
+    assert caps.missing_for(wide_mqa, "cuda") == ["group 128 (supported: <= 64 when head_dim>=513; shared memory)"]
+    assert caps.missing_for(wide_mqa.replace(num_q_heads=64), "cuda") == []
+    assert caps.missing_for(MQA.replace(num_q_heads=128), "cuda") == []  # head dim 64: the rule does not apply
+    assert "rule group<=64 when head_dim>=513" in caps.describe()
+    with pytest.raises(ValueError, match=r"when: expected a ShapeRule"):
+        ShapeRule("group", max=64, when=("head_dim", 513))
+
+
 @pytest.mark.parametrize("make,field", [
     (lambda: ShapeRule("heads", max=4), "ShapeRule.field"),
     (lambda: ShapeRule("group"), "ShapeRule('group')"),
