@@ -241,6 +241,12 @@ def test_own_gpu_jobs_run_the_shard_table():
     assert "--device=/dev/kfd" in amd["container"]["options"]
     assert any("HIP_VISIBLE_DEVICES" in s.get("run", "") for s in amd["steps"])
     assert "perf" in wf["jobs"]["perf"]["runs-on"] and "gpu" not in wf["jobs"]["perf"]["runs-on"]
+    perf = {s.get("name", ""): s for s in wf["jobs"]["perf"]["steps"]}
+    ab = perf["Perf guard, A/B against the merge base"]["run"]
+    assert "--perf-reference=\"decode_conformance_kernels_base.registry:$name\"" in ab and " -n " not in ab
+    assert "git merge-base" in perf["The base commit's kernels, beside these under another import name (A/B)"]["run"]
+    records = next(s for n, s in perf.items() if n.startswith("Perf guard against fixtures/baselines"))
+    assert records["continue-on-error"] == "${{ env.AB_BASE != '' }}", "beside an A/B run the records are a trend only"
 
 
 def test_templates_need_no_checkout_of_this_suite():
@@ -251,7 +257,9 @@ def test_templates_need_no_checkout_of_this_suite():
             f"{path.name} reaches into this repository's checkout"
         runs = "\n".join(s.get("run", "") for j in wf["jobs"].values() for s in j["steps"])
         assert 'pip install -q "$SUITE"' in runs or 'pip install -q --no-deps "$SUITE"' in runs
-        assert "@v0.1.0" in wf["env"]["SUITE"], f"{path.name}: the suite must be pinned to a release"
+        assert wf["env"]["SUITE"].endswith("@FULL-COMMIT-HASH' }}"), \
+            f"{path.name}: the suite must be pinned (no release is tagged: a full commit hash)"
+        assert "pinned to a full commit hash" in runs, f"{path.name}: the unset-variable error says how to pin"
         parity = next(ln for ln in runs.splitlines() if "--pyargs decode_conformance.suites.parity" in ln)
         assert "-n auto" in parity and "--require-cases" in parity, parity
     nvidia = (ROOT / "ci" / "templates" / "decode-conformance-nvidia.yml").read_text()
