@@ -39,6 +39,7 @@ ADAPTERS = ("flashinfer_decode", "flashinfer_decode_tc", "flashinfer_decode_grap
             "torch_flex", "torch_sdpa")
 BASELINE = "dispatch"
 MIN_COSINE = 0.999  # far below any correct bf16 kernel (~0.99999), far above a wrong one
+ANY_CELL = "*"  # a pre-flight that died outside a cell's launch: the kernel is left out of every cell
 
 
 def perf_api():
@@ -134,9 +135,11 @@ def crashed_cells(names, jobs: int) -> dict:
         lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
         if p.returncode == 0:
             return name, {}
-        last = lines[-1]["cell"] if lines and lines[-1]["status"] == "started" else "(before the first cell)"
         tail = " ".join(p.stderr.strip().splitlines()[-2:])[-200:]
-        return name, {last: f"pre-flight process died (exit {p.returncode}): {tail}"}
+        why = f"pre-flight process died (exit {p.returncode}): {tail}"
+        if lines and lines[-1]["status"] == "started":
+            return name, {lines[-1]["cell"]: why}
+        return name, {ANY_CELL: why}  # before or between cells: trust none of them in this process
 
     with cf.ThreadPoolExecutor(max(1, jobs)) as pool:
         return dict(pool.map(one, names))
@@ -169,7 +172,8 @@ def main(argv=None) -> int:
     tbs = timing.read_bandwidth_tbs()
     rows = {}
     for cell in load_cells():
-        dead = {k.name: crashed.get(k.name, {}).get(cell.name) for k in kernels}
+        dead = {k.name: crashed.get(k.name, {}).get(cell.name) or crashed.get(k.name, {}).get(ANY_CELL)
+                for k in kernels}
         entries = measure_cell(cell, [k for k in kernels if not dead[k.name]], reference, timing, a.rounds, a.reps)
         entries.update({n: {"status": "crashed", "reason": why} for n, why in dead.items() if why})
         floor_us = bytes_moved(cell.case) / (tbs * 1e12) * 1e6

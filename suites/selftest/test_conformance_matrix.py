@@ -58,3 +58,47 @@ def test_cells_and_rewrite_keep_the_triage(tmp_path):
     assert cells["library"] == "lib 1.0" and cells["0-length rows"] == "**FAIL** 1/1"
     assert cells["graph replay"] == "pass 1" and cells["sinks"] == "-"
     assert "reproduce: `pytest ...`" in text
+
+
+def test_a_partial_report_makes_a_matrix(tmp_path, capsys):
+    """A run that was stopped leaves PATH.partial.jsonl; the matrix reads its rows and names the
+    tests that started without a result."""
+    m = _module()
+    row = {"test": "test_parity::test_parity", "kernel": "k", "case": "fp16-paged16-h8g4-d64-B2[10,0]-s1",
+           "status": "passed", "message": "PASS"}
+    p = tmp_path / "rep.partial.jsonl"
+    p.write_text("\n".join(json.dumps(x) for x in (
+        {"started": "suites/parity/test_parity.py::test_parity[k|a]"}, {"row": row, "nodeid": "suites/parity/test_parity.py::test_parity[k|a]"},
+        {"started": "suites/parity/test_parity.py::test_parity[k|b]"})) + "\n{\"row\": {\"cut")
+    rows, _ = m.load([p])
+    assert rows == [row]
+    assert "started, no result (the run was stopped here): suites/parity/test_parity.py::test_parity[k|b]" in \
+        capsys.readouterr().err
+
+
+def _peer_module():
+    spec = importlib.util.spec_from_file_location("peer_table", ROOT / "benchmarks" / "peer_table.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+def test_peer_table_leaves_out_the_cell_a_preflight_died_on(monkeypatch):
+    """A launch that kills its process (an illegal address) must not take the peer table down:
+    the pre-flight child's last 'started' line names the cell; a death outside a launch leaves
+    the kernel out of every cell."""
+    import subprocess
+    m = _peer_module()
+    outs = {"dies_in_cell": (-6, ['{"cell": "c1", "status": "started"}', '{"cell": "c1", "status": "ok"}',
+                                  '{"cell": "c2", "status": "started"}']),
+            "dies_before": (1, []),
+            "fine": (0, ['{"cell": "c1", "status": "started"}', '{"cell": "c1", "status": "ok"}'])}
+
+    def fake_run(cmd, capture_output, text):
+        rc, lines = outs[cmd[-1]]
+        return subprocess.CompletedProcess(cmd, rc, "\n".join(lines) + "\n", "CUDA error: an illegal memory access\n")
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    got = m.crashed_cells(list(outs), jobs=2)
+    assert set(got["dies_in_cell"]) == {"c2"} and "exit -6" in got["dies_in_cell"]["c2"]
+    assert "illegal memory access" in got["dies_in_cell"]["c2"]
+    assert set(got["dies_before"]) == {m.ANY_CELL} and got["fine"] == {}
