@@ -63,8 +63,11 @@ class CaseBuildError(Exception):
 def repro_command(kernel_spec: str, case: Case, case_set: str, device: str, suite: str = "suites/parity",
                   pyargs: bool = False) -> str:
     """The one-line command that re-runs exactly this case, in the form the run was invoked with
-    (a checkout path, or `--pyargs decode_conformance.suites.<name>` for an installed suite)."""
-    parts = ["pytest"] + (["--pyargs"] if pyargs else []) + [suite, f"--kernel={kernel_spec}",
+    (a checkout path, or `--pyargs decode_conformance.suites.<name>` for an installed suite).
+    `python -m pytest`, not `pytest`: it puts the current folder on sys.path (an adopter's
+    uninstalled kernel package imports) and runs in the environment whose `python` is first on
+    PATH rather than whichever `pytest` script is."""
+    parts = ["python", "-m", "pytest"] + (["--pyargs"] if pyargs else []) + [suite, f"--kernel={kernel_spec}",
                                                              f"--case-set={case_set}", f"--case-id={case.id}"]
     if device != "cpu":
         parts.append(f"--device={device}")

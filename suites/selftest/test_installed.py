@@ -112,7 +112,7 @@ def test_readme_adopter_path_from_an_empty_folder(readme_folder, kernel, green):
         assert "failed" not in out.splitlines()[-1], out[-2000:]
     else:
         assert r.returncode == 1, out[-3000:]
-        assert f"reproduce: pytest --pyargs decode_conformance.suites.parity --kernel={spec}" in out, out[-3000:]
+        assert f"reproduce: python -m pytest --pyargs decode_conformance.suites.parity --kernel={spec}" in out, out[-3000:]
         assert "rows over their error budget" in out and "LSE over budget" in out
     assert (folder / f"report-{kernel}.md").exists() and "decode-conformance report:" in out
 

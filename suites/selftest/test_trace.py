@@ -88,7 +88,7 @@ def test_a_wrong_kernel_gets_incorrect_numerical(tmp_path):
     assert status == {"5f0c2a1e": "PASSED", "a3d9e4b2": "PASSED", "c81f0d57": "INCORRECT_NUMERICAL"}
     bad = next(r for r in recs if r["evaluation"]["status"] != "PASSED")
     assert trace.validate_record(bad) == [] and "performance" not in bad["evaluation"]
-    assert "reproduce: pytest" in bad["evaluation"]["log"]
+    assert "reproduce: python -m pytest" in bad["evaluation"]["log"]
 
 
 def test_validate_record_catches_schema_breaks():
