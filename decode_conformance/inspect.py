@@ -4,7 +4,8 @@
 
 does what the parity test of that case does (the same factories, reference, budget and
 judge: runner.run_case) and prints the verdict with the worst row, its budget and why the
-case exists. `--save` writes every tensor (inputs as the kernel saw them, the float64
+case exists. A scenario's case id (`determinism-...`, `batch-invariance-...`, as their
+failures print them) runs that scenario instead. `--save` writes every tensor (inputs as the kernel saw them, the float64
 reference, the tier's torch result, the kernel's output and LSE) to one `torch.load`-able
 file. Without --kernel it builds the inputs and the reference only.
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 USAGE_ERROR = 4
+DEFAULT_MAX_SAVE_GIB = 1.0  # --save: the 2^31-element pool cases are ~4 GiB
 
 
 class UsageError(ValueError):
@@ -42,21 +44,34 @@ def _device(device: Optional[str]) -> str:
     return "cuda" if has_gpu() else "cpu"
 
 
-def find_case(case_id: str, case_set: str = "parity", device: Optional[str] = None):
-    """The Case with this id in `case_set`, built for the device's profile (interpreter on cpu)."""
+def find_scenario_case(case_id: str, case_set: str = "parity", device: Optional[str] = None):
+    """(scenario name, Case) for this id: a case of `case_set` (scenario "parity"), or a fixed
+    case of another scenario (`determinism-...`, `batch-invariance-...`: their ids name them), built
+    for the device's profile (interpreter on cpu)."""
     from .case_sets import build_set
+    from .devices import profile_of
+    from .scenarios import case_by_id, fixed_cases
     dev = _device(device)
-    profile = "interpreter" if dev == "cpu" else "gpu"
+    profile = profile_of(dev)
+    found = case_by_id(case_id, profile)
+    if found is not None:
+        return found
     try:
         cases = build_set(case_set, profile)
     except ValueError as e:
         raise UsageError(f"case set {case_set!r}: {e}") from None
     for c in cases:
         if c.id == case_id:
-            return c
-    near = difflib.get_close_matches(case_id, [c.id for c in cases], n=3, cutoff=0.6)
-    raise UsageError(f"case id {case_id!r}: not in case set {case_set!r} ({profile} profile)"
+            return "parity", c
+    known = [c.id for c in cases] + [c.id for cs in fixed_cases(profile).values() for c in cs]
+    near = difflib.get_close_matches(case_id, known, n=3, cutoff=0.6)
+    raise UsageError(f"case id {case_id!r}: not in case set {case_set!r} nor a scenario's case ({profile} profile)"
                      + (f"; nearest: {', '.join(near)}" if near else ""))
+
+
+def find_case(case_id: str, case_set: str = "parity", device: Optional[str] = None):
+    """The Case with this id (see find_scenario_case)."""
+    return find_scenario_case(case_id, case_set, device)[1]
 
 
 def load(kernel, device: Optional[str] = None):
@@ -104,21 +119,36 @@ class _NoKernel:
 
 
 def run_one(kernel, case_id: str, device: Optional[str] = None, case_set: str = "parity",
-            save: Optional[str] = None):
-    """runner.CaseResult of `kernel` on the case (the kernel's output in result.output)."""
+            save: Optional[str] = None, max_save_gib: float = DEFAULT_MAX_SAVE_GIB):
+    """runner.CaseResult of `kernel` on the case (the kernel's output in result.output). A
+    scenario's case (`determinism-...`) runs that scenario, as its test does; `save` then writes
+    the tensors of one plain launch of it (what the scenario's first launch sees)."""
     from .runner import run_case
     dev = _device(device)
     k = load(kernel, dev)
-    case = find_case(case_id, case_set, dev)
+    scenario, case = find_scenario_case(case_id, case_set, dev)
     if save is None:
+        if scenario != "parity":
+            from .scenarios import run
+            return run(scenario, k, case, dev)
         return run_case(k, case, dev, keep_output=True)
     from .runner import prepare, run_prepared, yardstick
     batch = prepare(k, case, dev)
     ref, tier = yardstick(k, case, batch)
+    check_save_size(batch, max_save_gib)
     inputs = _host_copies(batch.inputs())
     res = run_prepared(k, case, batch, ref, tier, keep_output=True)
     save_tensors(save, OpenedCase(case, batch, ref, tier), inputs, res)
     return res
+
+
+def check_save_size(batch, max_gib: float = DEFAULT_MAX_SAVE_GIB) -> None:
+    """--save writes the whole KV pools: a 2^31-element pool case (`pool2049M`) is GiBs. Refuse
+    past `max_gib`, saying how much and how to allow it."""
+    size = sum(t.numel() * t.element_size() for t in batch.inputs().values() if t is not None)
+    if size > max_gib * 2 ** 30:
+        raise UsageError(f"--save would write {size / 2 ** 30:.1f} GiB (this case's KV pools; --max-save-gib is "
+                         f"{max_gib:g}); pass --max-save-gib={size / 2 ** 30 + 0.5:.0f} to write it anyway")
 
 
 def _host_copies(tensors: dict) -> dict:
@@ -162,6 +192,9 @@ def main(argv=None) -> int:
     ap.add_argument("--case-set", default="parity", help="the set the id comes from (default: parity)")
     ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N; default: cuda when a GPU is visible")
     ap.add_argument("--save", default=None, metavar="FILE.pt", help="write every tensor to FILE.pt (torch.save)")
+    ap.add_argument("--max-save-gib", type=float, default=DEFAULT_MAX_SAVE_GIB, metavar="N",
+                    help=f"refuse a --save larger than N GiB (default {DEFAULT_MAX_SAVE_GIB:g}; the 2^31-element pool "
+                         "cases are ~4 GiB)")
     a = ap.parse_args(argv)
     try:
         if a.kernel is None:
@@ -172,10 +205,11 @@ def main(argv=None) -> int:
             if opened.case.note:
                 print(f"  why this case exists: {opened.case.note}")
             if a.save:
+                check_save_size(opened.batch, a.max_save_gib)
                 save_tensors(a.save, opened)
                 print(f"  tensors: {a.save}")
             return 0
-        res = run_one(a.kernel, a.case_id, a.device, a.case_set, save=a.save)
+        res = run_one(a.kernel, a.case_id, a.device, a.case_set, save=a.save, max_save_gib=a.max_save_gib)
     except UsageError as e:
         print(f"usage error: {e}", file=sys.stderr)
         return USAGE_ERROR

@@ -87,7 +87,7 @@ def _parse(path: str, data: dict, text: str = "") -> list[Entry]:
             raise LedgerError(f"{where}: field 'gpu_classes' must be a list of class names")
         entries.append(Entry(kernel=row["kernel"], case=row["case"], kind=row["kind"], reason=row["reason"],
                              issue=row["issue"], gpu_classes=tuple(classes) if classes else None,
-                             source=f"{path}#{i}"))
+                             source=f"{path}:{lines[i]}" if i < len(lines) else f"{path}: entry {i}"))
     return entries
 
 
@@ -117,10 +117,16 @@ class Ledger:
                 return e
         return None
 
-    def unused(self, pairs: Iterable[tuple[str, str]], gpu_class: str) -> list[Entry]:
-        """Entries matching none of the (kernel, case id) pairs this run could collect."""
+    def unused(self, pairs: Iterable[tuple[str, str]], gpu_class: str, own_only: bool = False) -> list[Entry]:
+        """Entries matching none of the (kernel, case id) pairs this run could collect: a stale or
+        mistyped entry. `own_only` (the shipped ledger, which names this package's kernels):
+        only entries about a kernel of this run on this GPU class count, so an adopter testing
+        only their own kernel does not hear about ours."""
         pairs = list(pairs)
-        return [e for e in self.entries if not any(e.matches(k, c, gpu_class) for k, c in pairs)]
+        kernels = {k for k, _ in pairs}
+        return [e for e in self.entries
+                if not (own_only and (e.kernel not in kernels or (e.gpu_classes and gpu_class not in e.gpu_classes)))
+                and not any(e.matches(k, c, gpu_class) for k, c in pairs)]
 
 
 def default_ledger_paths() -> list[str]:

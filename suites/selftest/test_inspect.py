@@ -49,3 +49,26 @@ def test_cli_exit_codes():
     assert r.returncode == 0 and "PASS" in r.stdout, r.stdout + r.stderr
     r = _cli(CASE + "x", "--kernel=toy_decode:ToyDecode", "--device=cpu")
     assert r.returncode == dci.USAGE_ERROR and f"nearest: {CASE}" in r.stderr, r.stdout + r.stderr
+
+
+def test_a_scenario_case_id_runs_its_scenario():
+    """The ids a determinism / batch-invariance failure prints open too, running that scenario:
+    red for a kernel whose output depends on the rest of the batch, green for a correct one."""
+    from decode_conformance.scenarios import fixed_cases
+    inv = fixed_cases("interpreter")["batch-invariance"][0].id
+    assert dci.find_scenario_case(inv, device="cpu")[0] == "batch-invariance"
+    good = dci.run_one("toy_decode:ToyDecode", inv, device="cpu")
+    assert good.ok and good.scenario == "batch-invariance", good.message
+    det = fixed_cases("interpreter")["determinism"][0].id
+    bad = dci.run_one("toy_decode:DropsLastKey", det, device="cpu")
+    assert not bad.ok and bad.scenario == "determinism" and "over their error budget" in bad.message, bad.message
+
+
+def test_save_refuses_gigabytes_unless_asked(tmp_path):
+    """A 2^31-element pool case would write ~4 GiB: refused, saying the size and the option."""
+    from decode_conformance.case_sets import build_set
+    pool = next(c.id for c in build_set("parity", "interpreter") if "pool" in c.id)
+    r = _cli(pool, "--device=cpu", f"--save={tmp_path / 'p.pt'}")
+    assert r.returncode == dci.USAGE_ERROR and "--save would write" in r.stderr and "--max-save-gib=" in r.stderr, \
+        r.stdout + r.stderr
+    assert not (tmp_path / "p.pt").exists()
