@@ -1,7 +1,10 @@
 """Plots of a recorded sweep (runs anywhere: reads the JSON that benchmarks/sweep.py wrote).
 
     python benchmarks/plot.py results/                                 # what sweep.py wrote there
-    python benchmarks/plot.py docs/gpu-runs/2026-12-01-h200/close15    # the recorded final sweeps
+    # the recorded final sweeps (kept in git history, not in the tree):
+    mkdir -p /tmp/close15 && for f in split lean; do
+      git show e757cfd:docs/gpu-runs/2026-12-01-h200/close15/$f.json > /tmp/close15/$f.json; done
+    python benchmarks/plot.py /tmp/close15
 
 Writes split.png / lean.png next to the JSON it reads.
 """
