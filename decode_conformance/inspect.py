@@ -123,10 +123,12 @@ def run_one(kernel, case_id: str, device: Optional[str] = None, case_set: str = 
     """runner.CaseResult of `kernel` on the case (the kernel's output in result.output). A
     scenario's case (`determinism-...`) runs that scenario, as its test does; `save` then writes
     the tensors of one plain launch of it (what the scenario's first launch sees)."""
-    from .runner import run_case
     dev = _device(device)
-    k = load(kernel, dev)
-    scenario, case = find_scenario_case(case_id, case_set, dev)
+    return _run(load(kernel, dev), *find_scenario_case(case_id, case_set, dev), dev, save, max_save_gib)
+
+
+def _run(k, scenario: str, case, dev: str, save: Optional[str], max_save_gib: float):
+    from .runner import run_case
     if save is None:
         if scenario != "parity":
             from .scenarios import run
@@ -134,8 +136,8 @@ def run_one(kernel, case_id: str, device: Optional[str] = None, case_set: str = 
         return run_case(k, case, dev, keep_output=True)
     from .runner import prepare, run_prepared, yardstick
     batch = prepare(k, case, dev)
+    check_save_size(batch, max_save_gib)  # before the float64 reference of a multi-GiB pool
     ref, tier = yardstick(k, case, batch)
-    check_save_size(batch, max_save_gib)
     inputs = _host_copies(batch.inputs())
     res = run_prepared(k, case, batch, ref, tier, keep_output=True)
     save_tensors(save, OpenedCase(case, batch, ref, tier), inputs, res)
@@ -209,12 +211,15 @@ def main(argv=None) -> int:
                 save_tensors(a.save, opened)
                 print(f"  tensors: {a.save}")
             return 0
-        res = run_one(a.kernel, a.case_id, a.device, a.case_set, save=a.save, max_save_gib=a.max_save_gib)
+        dev = _device(a.device)
+        kernel = load(a.kernel, dev)
+        scenario, case = find_scenario_case(a.case_id, a.case_set, dev)
+        res = _run(kernel, scenario, case, dev, a.save, a.max_save_gib)
     except UsageError as e:
         print(f"usage error: {e}", file=sys.stderr)
         return USAGE_ERROR
     from .runner import failure_text
-    print(failure_text(res, find_case(a.case_id, a.case_set, a.device)))
+    print(failure_text(res, case))
     if a.save:
         print(f"  tensors: {a.save}")
     return 0 if res.ok else 1

@@ -23,3 +23,14 @@ def data_path(*parts: str) -> pathlib.Path:
 
 def read_text(*parts: str) -> str:
     return data_path(*parts).read_text()
+
+
+def read_toml(path, default_name: str) -> tuple[pathlib.Path, dict]:
+    """(path, parsed TOML) of `path`, or of the shipped `default_name` when path is None; a file
+    that cannot be read or parsed is a ValueError naming it."""
+    import tomllib
+    path = pathlib.Path(path) if path is not None else data_path(default_name)
+    try:
+        return path, tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ValueError(f"{path}: {e}") from None

@@ -321,9 +321,8 @@ def check_report_path(path: Optional[str]) -> None:
     usage error now, not a traceback after the whole run."""
     if not path:
         return
-    base = pathlib.Path(path)
-    if base.suffix in (".json", ".md"):
-        base = base.with_suffix("")
+    from .report import report_base
+    base = report_base(path)
     for target in (base.with_suffix(".json"), base.with_suffix(".md")):
         if target.is_dir():
             raise pytest.UsageError(f"--conformance-report={path}: {target} is a directory; expected PATH such "
@@ -358,7 +357,8 @@ def _check_spec_syntax(specs: list[str], source: str) -> None:
 
 def preflight(config) -> None:
     """The checks that need neither torch nor Triton, made before either is imported."""
-    check_report_path(config.getoption("--conformance-report"))
+    if not hasattr(config, "workerinput"):  # the controller writes the report; workers need not try
+        check_report_path(config.getoption("--conformance-report"))
     if config.getoption("--isolation") not in (None, *ISOLATION_MODES):
         raise pytest.UsageError(f"--isolation: expected one of {ISOLATION_MODES}, got {config.getoption('--isolation')!r}")
     timeout = config.getoption("--case-timeout")

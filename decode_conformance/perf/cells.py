@@ -2,8 +2,6 @@
 step of a cell moves, and which kernels run which cell."""
 from __future__ import annotations
 
-import pathlib
-import tomllib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -54,14 +52,8 @@ def cell_numbers(cell: PerfCell, us: float, read_tbs: Optional[float]) -> dict:
 
 def load_cells(path=None) -> list[PerfCell]:
     """The perf cells; errors name the file and the cell."""
-    if path is None:
-        from ..resources import data_path
-        path = data_path(CELLS_FILE)
-    path = pathlib.Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise ValueError(f"{path}: {e}") from None
+    from ..resources import read_toml
+    path, data = read_toml(path, CELLS_FILE)
     cells, seen = [], set()
     for i, row in enumerate(data.get("cell", [])):
         where = f"{path}: cell {i + 1} ({row.get('name', '?')})"

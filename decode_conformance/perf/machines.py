@@ -5,8 +5,6 @@ spread of the class (fixtures/perf_machine_spread.toml) widens every threshold a
 timed (host-bound) cells never gate."""
 from __future__ import annotations
 
-import pathlib
-import tomllib
 from typing import Optional
 
 SPREAD_FILE = "perf_machine_spread.toml"
@@ -18,14 +16,8 @@ MACHINE_READ_TOLERANCE = 0.01
 def load_spread(gpu_class: str, path=None) -> Optional[dict]:
     """The class's row of the spread table ({spread, read_tbs, source, ...}), None without one;
     errors name the file and the field."""
-    if path is None:
-        from ..resources import data_path
-        path = data_path(SPREAD_FILE)
-    path = pathlib.Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise ValueError(f"{path}: {e}") from None
+    from ..resources import read_toml
+    path, data = read_toml(path, SPREAD_FILE)
     row = data.get(gpu_class)
     if row is None:
         return None
