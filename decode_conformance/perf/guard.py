@@ -273,13 +273,21 @@ class GuardRun:
         if self.record:
             return self._record(kp, info)
         path = self._path(kp)
-        base = store.load(path, self.gpu_class, kp.name)  # BaselineError: an error on every cell
-        if base:
-            model = next(iter(base.values()))["gpu_name"]
-            if model != info["gpu_name"]:
-                raise store.BaselineError(
-                    f"perf record {path}: foreign file: recorded on {model!r}, this GPU is {info['gpu_name']!r} "
-                    f"(same class {self.gpu_class}, another model); record one for this GPU with: {self._cmd(kp)}")
+        try:
+            base = store.load(path, self.gpu_class, kp.name)  # BaselineError: an error on every cell
+            if base:
+                model = next(iter(base.values()))["gpu_name"]
+                if model != info["gpu_name"]:
+                    raise store.BaselineError(
+                        f"perf record {path}: foreign file: recorded on {model!r}, this GPU is {info['gpu_name']!r} "
+                        f"(same class {self.gpu_class}, another model); record one for this GPU with: {self._cmd(kp)}")
+        except store.BaselineError as e:
+            if self.reference is None:
+                raise
+            # A/B gates on the ratio alone; the record is a trend beside it, so an unusable one
+            # (another GPU model of the class, a damaged file) is reported and left out.
+            self._note(f"record left out of the A/B run: {e}")
+            base = None
         cells = [c for c in self.cells if self.selected is None or c.name in self.selected.get(kp.name, ())]
         if self.reference is not None:
             return self._ab(kp, cells, base, info)

@@ -82,6 +82,20 @@ def test_ab_run_passes_a_a_and_fails_a_planted_slowdown(tmp_path):
     assert rows and all(r["ratio"] for r in rows if r["status"] != "skipped")
 
 
+def test_ab_run_holds_beside_a_record_of_another_gpu_model(tmp_path):
+    """A/B gates on the ratio: the shipped records (an H200's) are foreign to the fake GPU, and
+    a pool runner of another model must still get its A/B verdict, with the record left out."""
+    args = ("suites/perf", "-p", "no:xdist", "--gpu-class=sm_90", f"--kernel={SPEC}", f"--perf-reference={SPEC}")
+    same = run_pytest(*args, env=_fake(seed=1))
+    assert same.rc == 0 and "record left out of the A/B run" in same.out and "foreign file" in same.out, \
+        same.out[-3000:]
+    slow = run_pytest(*args, env=_fake(seed=2, slowdown=0.05))
+    assert slow.rc == 1 and f"SLOWER: {KERNEL} b1-128k-32x8x128" in slow.out, slow.out[-3000:]
+    # without a reference the same foreign record is an error on every cell (compare mode)
+    plain = run_pytest("suites/perf", "-p", "no:xdist", "--gpu-class=sm_90", f"--kernel={SPEC}", env=_fake(seed=1))
+    assert plain.rc == 1 and "foreign file" in plain.out, plain.out[-3000:]
+
+
 def test_record_with_require_is_a_usage_error():
     r = run_pytest(*BASE, "--perf-record", "--perf-require-baseline", env=_fake(seed=1))
     assert r.rc == 4 and "--perf-record and --perf-require-baseline together" in r.out, r.out[-3000:]
