@@ -3,6 +3,7 @@ Markdown table out - one row per kernel and its library version, one column per 
 each cell pass / FAIL / skip with the reason.
 
     python benchmarks/conformance_matrix.py OUT/matrix/*.json -o docs/conformance-matrix.md
+    python benchmarks/conformance_matrix.py OUT/a.json OUT/b.partial.jsonl --library flashinfer=0.7.2.post1 -o ...
 
 A case's families come from its id, which names its axes (docs/cases.md: dtype, layout,
 `win`, `softcap`, `sinks`, `mla`, `B<n>[lengths]`, `pool<N>M`); graph replay, determinism and
@@ -124,11 +125,21 @@ def render(rows: list[dict], kernels: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("reports", nargs="+", help="conformance report JSON files")
+    ap.add_argument("reports", nargs="+", help="conformance report JSON files (or a stopped run's PATH.partial.jsonl)")
+    ap.add_argument("--library", action="append", default=[], metavar="PREFIX=VERSION",
+                    help="the library version of kernels whose name starts with PREFIX, where the reports do "
+                         "not name one (a .partial.jsonl has no metadata): e.g. flashinfer=0.7.2.post1")
     ap.add_argument("-o", "--output", help="Markdown file to write (default: stdout); the part below the "
                                            "GENERATED_END marker of an existing file is kept")
     a = ap.parse_args(argv)
     rows, kernels = load(a.reports)
+    for item in a.library:
+        prefix, eq, ver = item.partition("=")
+        if not eq or not prefix or not ver:
+            ap.error(f"--library: expected PREFIX=VERSION, got {item!r}")
+        for name in {r["kernel"] for r in rows if r["kernel"].startswith(prefix)}:
+            if not (kernels.get(name) or {}).get("library"):
+                kernels.setdefault(name, {})["library"] = f"{ver} (given)"
     table = render(rows, kernels)
     if not a.output:
         print(table)

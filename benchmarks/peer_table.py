@@ -34,7 +34,7 @@ from decode_conformance import _paths  # noqa: E402
 _paths.alias_checkout()
 
 SHIPPED = ("dispatch", "adaptive_split", "lean", "fixed_split")
-ADAPTERS = ("flashinfer_decode", "flashinfer_decode_tc", "flashinfer_decode_graph", "flashinfer_decode_tc_graph",
+ADAPTERS = ("flashinfer_decode", "flashinfer_decode_tc", "flashinfer_decode_tc_graph",
             "flashinfer_mla", "flashinfer_mla_fa3", "vllm_unified_2d", "vllm_unified_3d", "sglang_decode",
             "torch_flex", "torch_sdpa")
 BASELINE = "dispatch"

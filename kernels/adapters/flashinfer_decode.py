@@ -5,7 +5,8 @@ path a serving engine picks (validated against flashinfer-python 0.7.2.post1):
 |---|---|
 | `flashinfer_decode` | CUDA-core decode (`use_tensor_cores=False`) |
 | `flashinfer_decode_tc` | tensor-core decode: the fa2 prefill kernel over the paged cache (`use_tensor_cores=True`, flashinfer's recommendation for GQA) |
-| `flashinfer_decode_graph`, `flashinfer_decode_tc_graph` | the same two with `use_cuda_graph=True`: fixed metadata buffers, plan() outside the capture, split-KV off |
+| `flashinfer_decode_tc_graph` | the tensor-core path with `use_cuda_graph=True`: fixed metadata buffers, plan() outside the capture, split-KV off |
+| `flashinfer_decode_graph` | listed, never run: every case skips with the reason below |
 
 Opt-in (`--kernel=decode_conformance_kernels.registry:NAME`). flashinfer is imported by the
 factory, never at module import: where it is not installed the kernel is still listed and
@@ -38,6 +39,14 @@ Translation from the suite's DecodeBatch (docs/kernel-contract.md):
     disable_split_kv=True (one CTA per request reads its length from those buffers at
     launch); the launch rebuilds the three buffers on the device from batch.seq_lens and
     batch.block_table before run(), so a replay with other lengths needs no re-plan.
+No CUDA-graph form of the CUDA-core decode: its plan() accepts `disable_split_kv` and drops it
+(flashinfer/decode.py, `_plan_impl`: only the tensor-core (fa2 prefill) branch passes it to the
+module's plan), so that path keeps splitting KV by the planned lengths, and a replay with other
+lengths runs on a stale split plan. flashinfer's own graph use re-plans before every replay,
+which a graph that serves every length without a host step (docs/kernel-contract.md) cannot
+do. Measured on an H200 before this was known (run s13-2): wrong rows, a hung replay and a
+batch-dependent result for that form. The registry keeps `flashinfer_decode_graph`, marked
+unavailable with that reason, so a run naming it says why it tests nothing.
 Not declared: attention sinks (both fa2 paths accept `sinks=` in run() and drop it: only the
 trtllm-gen and cuDNN backends, not available on sm_90, pass it to a kernel), MLA (the separate
 wrapper in flashinfer_mla.py).
@@ -56,6 +65,9 @@ LIBRARY = "flashinfer"
 FLOAT_WORKSPACE_BYTES = 128 << 20
 LN2 = math.log(2.0)
 CUDA_CORE_GROUPS = frozenset({1, 2, 3, 4, 6, 8, 16})
+NO_CUDA_CORE_GRAPH_FORM = ("no CUDA-graph form of flashinfer's CUDA-core decode: its plan() ignores "
+                           "disable_split_kv (flashinfer/decode.py, _plan_impl), so a replay with other lengths "
+                           "runs on a split plan fixed to the planned ones; use flashinfer_decode_tc_graph")
 
 CAPS = Capabilities(
     deterministic=True,  # no atomics or arrival-order merges on this path: shown by the determinism scenario
@@ -168,6 +180,8 @@ class FlashinferDecodeKernel:
 def make_kernel(use_tensor_cores: bool = False, cuda_graph: bool = False) -> FlashinferDecodeKernel:
     """The registry's factory: imports flashinfer now, so listing the kernel says whether it
     can run."""
+    if cuda_graph and not use_tensor_cores:  # the registry keeps the name, so it says why it never runs
+        return FlashinferDecodeKernel(None, NO_CUDA_CORE_GRAPH_FORM, use_tensor_cores=False, cuda_graph=True)
     module, why = import_library(LIBRARY)
     if module is not None and not hasattr(module, "BatchDecodeWithPagedKVCacheWrapper"):
         module, why = None, "flashinfer has no BatchDecodeWithPagedKVCacheWrapper (unsupported version)"

@@ -186,7 +186,19 @@ def test_flashinfer_cuda_core_declares_its_group_sizes(fake_fi):
     assert not res.ok and f"Unsupported group_size: {case.group}" in res.message, res.message
 
 
-@pytest.mark.parametrize("variant", ["_graph", "_tc_graph"])
+def test_flashinfer_cuda_core_path_has_no_graph_form(fake_fi):
+    """flashinfer 0.7.2's CUDA-core plan() drops disable_split_kv (decode.py, _plan_impl), so
+    a graph form of it would replay a split plan fixed to the planned lengths: with flashinfer
+    installed the registry's flashinfer_decode_graph is still unavailable, naming the reason,
+    and a direct plan() refuses."""
+    k = load_kernel(FI_SPEC + "_graph")
+    assert k.caps.unavailable and "ignores disable_split_kv" in k.caps.unavailable
+    assert not load_kernel(FI_SPEC + "_tc_graph").caps.unavailable
+    with pytest.raises(RuntimeError, match="ignores disable_split_kv"):
+        k.plan(None)
+
+
+@pytest.mark.parametrize("variant", ["_tc_graph"])
 def test_flashinfer_graph_form_reads_lengths_at_launch(fake_fi, variant):
     """Planned once at capacity with fixed buffers, then relaunched on other lengths written
     into the same tensors (what a CUDA-graph replay does), each launch under the capture rules

@@ -76,6 +76,23 @@ def test_a_partial_report_makes_a_matrix(tmp_path, capsys):
         capsys.readouterr().err
 
 
+def test_library_versions_given_for_a_partial_report(tmp_path, capsys):
+    """A .partial.jsonl carries no metadata: --library PREFIX=VERSION names the version of the
+    kernels it matches (marked as given), never over one a report recorded; a malformed value
+    is a usage error."""
+    m = _module()
+    row = {"test": "test_parity::test_parity", "kernel": "fi_x", "case": "fp16-paged16-h8g4-d64-B2[10,0]-s1",
+           "status": "passed", "message": "PASS"}
+    p = tmp_path / "rep.partial.jsonl"
+    p.write_text(json.dumps({"row": row, "nodeid": "n"}) + "\n")
+    out = tmp_path / "m.md"
+    assert m.main([str(p), "--library", "fi=1.2.3", "--library", "other=9", "-o", str(out)]) == 0
+    assert "| `fi_x` | 1.2.3 (given) |" in out.read_text()
+    with pytest.raises(SystemExit):
+        m.main([str(p), "--library", "fi", "-o", str(out)])
+    assert "expected PREFIX=VERSION" in capsys.readouterr().err
+
+
 def _peer_module():
     spec = importlib.util.spec_from_file_location("peer_table", ROOT / "benchmarks" / "peer_table.py")
     m = importlib.util.module_from_spec(spec)
