@@ -87,7 +87,7 @@ TC_CAPS = dataclasses.replace(CAPS, gqa_groups=None)
 
 def variant_caps(use_tensor_cores: bool, cuda_graph: bool) -> Capabilities:
     caps = TC_CAPS if use_tensor_cores else CAPS
-    if cuda_graph:
+    if cuda_graph and use_tensor_cores:  # the CUDA-core path has no graph form (NO_CUDA_CORE_GRAPH_FORM)
         # Split-KV off: each request is one CTA whose reduction order depends on its own
         # length only, so repeated launches and other batch companions give the same bits.
         caps = dataclasses.replace(caps, cuda_graph_safe=True, batch_invariant=True)
