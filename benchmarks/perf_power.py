@@ -198,6 +198,7 @@ def main(argv=None) -> int:
                                                      "catches": r.catches, "now_us": r.now_us, "timing": r.timing,
                                                      "planted": {}})
                     c["aa"].append(r.ratio)
+                    c.setdefault("aa_thresholds", []).append(r.threshold)  # per run: a noisy run widens its own
                     c["aa_fail"] += int(r.status == "slower")
             except Exception as e:  # noqa: BLE001
                 k.setdefault("errors", []).append(f"A/A run {rep}: {traceback.format_exc(limit=4)}")
@@ -235,8 +236,10 @@ def main(argv=None) -> int:
                         break
                     for name, r in run(kp, ref, psrc).items():
                         if name in k["cells"] and r.ratio is not None:
-                            p = k["cells"][name]["planted"].setdefault(str(s), {"ratios": [], "fail": 0})
+                            p = k["cells"][name]["planted"].setdefault(str(s), {"ratios": [], "fail": 0,
+                                                                                 "thresholds": []})
                             p["ratios"].append(r.ratio)
+                            p["thresholds"].append(r.threshold)  # why a run above the A/A threshold can pass
                             p["fail"] += int(r.status == "slower")
             except Exception as e:  # noqa: BLE001
                 k.setdefault("errors", []).append(f"planted {s}: {traceback.format_exc(limit=4)}")
