@@ -194,11 +194,11 @@ def main(argv=None) -> int:
                         if r.fail:
                             k.setdefault("errors", []).append(r.message[:500])
                         continue
-                    c = k["cells"].setdefault(name, {"aa": [], "aa_fail": 0, "threshold": r.threshold,
-                                                     "catches": r.catches, "now_us": r.now_us, "timing": r.timing,
-                                                     "planted": {}})
+                    c = k["cells"].setdefault(name, {"aa": [], "aa_thresholds": [], "aa_fail": 0,
+                                                     "threshold": r.threshold, "catches": r.catches,
+                                                     "now_us": r.now_us, "timing": r.timing, "planted": {}})
                     c["aa"].append(r.ratio)
-                    c.setdefault("aa_thresholds", []).append(r.threshold)  # per run: a noisy run widens its own
+                    c["aa_thresholds"].append(r.threshold)  # per run: a noisy run widens its own
                     c["aa_fail"] += int(r.status == "slower")
             except Exception as e:  # noqa: BLE001
                 k.setdefault("errors", []).append(f"A/A run {rep}: {traceback.format_exc(limit=4)}")

@@ -86,8 +86,10 @@ TC_CAPS = dataclasses.replace(CAPS, gqa_groups=None)
 
 
 def variant_caps(use_tensor_cores: bool, cuda_graph: bool) -> Capabilities:
+    if cuda_graph and not use_tensor_cores:
+        return dataclasses.replace(CAPS, unavailable=NO_CUDA_CORE_GRAPH_FORM)
     caps = TC_CAPS if use_tensor_cores else CAPS
-    if cuda_graph and use_tensor_cores:  # the CUDA-core path has no graph form (NO_CUDA_CORE_GRAPH_FORM)
+    if cuda_graph:
         # Split-KV off: each request is one CTA whose reduction order depends on its own
         # length only, so repeated launches and other batch companions give the same bits.
         caps = dataclasses.replace(caps, cuda_graph_safe=True, batch_invariant=True)
@@ -133,12 +135,14 @@ class FlashinferDecodeKernel:
         self._cuda_graph = cuda_graph
         self.name = variant_name(use_tensor_cores, cuda_graph)
         caps = variant_caps(use_tensor_cores, cuda_graph)
-        self.caps = caps if unavailable is None else dataclasses.replace(caps, unavailable=unavailable)
+        if unavailable is not None and not caps.unavailable:  # a form with no run keeps its own reason
+            caps = dataclasses.replace(caps, unavailable=unavailable)
+        self.caps = caps
         self.library_version = library_version(LIBRARY) if module is not None else None
 
     def plan(self, batch):
         import torch
-        if self._fi is None:  # the plugin skips every case first; this guards direct use
+        if self._fi is None or self.caps.unavailable:  # the plugin skips every case first; this guards direct use
             raise RuntimeError(f"{self.name}: {self.caps.unavailable}")
         P, B = batch.page_size, batch.batch_size
         ws = batch.workspace
@@ -180,8 +184,6 @@ class FlashinferDecodeKernel:
 def make_kernel(use_tensor_cores: bool = False, cuda_graph: bool = False) -> FlashinferDecodeKernel:
     """The registry's factory: imports flashinfer now, so listing the kernel says whether it
     can run."""
-    if cuda_graph and not use_tensor_cores:  # the registry keeps the name, so it says why it never runs
-        return FlashinferDecodeKernel(None, NO_CUDA_CORE_GRAPH_FORM, use_tensor_cores=False, cuda_graph=True)
     module, why = import_library(LIBRARY)
     if module is not None and not hasattr(module, "BatchDecodeWithPagedKVCacheWrapper"):
         module, why = None, "flashinfer has no BatchDecodeWithPagedKVCacheWrapper (unsupported version)"

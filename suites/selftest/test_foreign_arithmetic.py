@@ -1,5 +1,5 @@
 """The judge on arithmetic other teams' kernels use by design, emulated in torch from their
-source as out-of-tree kernels (suites/selftest/oot/toy_decode/), on what the H200 runs showed
+source as out-of-tree kernels (suites/selftest/oot/toy_decode/: fp8_mla.py, tiled.py), on what the H200 runs showed
 (docs/conformance-matrix.md, triage). Each is a correct computation of its own arithmetic that
 today's tiers do not model; strict xfails until they do.
 
@@ -7,7 +7,7 @@ today's tiers do not model; strict xfails until they do.
               precision. The `fp8-q-and-p` tier rounds q over every dim, so on a few rows its
               own error is by chance far below what sglang's rounding costs, and 3x it is not
               enough.
-  p_rounded   flashinfer's fa2 kernel (its tensor-core decode, its fa2 MLA): the softmax
+  RowSum*     flashinfer's fa2 kernel (tiled.py) (its tensor-core decode, its fa2 MLA): the softmax
               denominator summed from P cast to the query dtype. The outputs stay within
               budget; the LSE carries the rounding, up to the query dtype's unit roundoff, and
               the LSE budget models fp32 statistics."""
@@ -20,7 +20,7 @@ from decode_conformance.runner import run_case
 from decode_conformance.scenarios import case_by_id
 
 from suites.selftest import planted  # noqa: F401  (puts the out-of-tree package on sys.path)
-from toy_decode import fp8_mla, p_rounded  # noqa: E402
+from toy_decode import fp8_mla, tiled  # noqa: E402
 
 SGLANG_ROWS = (  # built on the CPU: the same recipes as the GPU's, other random draws
     "determinism-e4m3-paged64-h128g128-d576v512-mla-B4[32769,7,16384,1]-s6",
@@ -66,7 +66,7 @@ def _lse_cases():
 
 def test_rowsum_in_fp32_passes():
     for case in _lse_cases():
-        res = run_case(p_rounded.RowSumInFp32(), case, "cpu")
+        res = run_case(tiled.RowSumInFp32(), case, "cpu")
         assert res.status == "passed", (case.id, res.message)
 
 
@@ -76,7 +76,7 @@ def test_rowsum_of_rounded_p_keeps_the_output_and_moves_the_lse_within_a_roundof
     rounded to it is off by at most that, relatively: that much in natural log)."""
     lse_failed = 0
     for case in _lse_cases():
-        res = run_case(p_rounded.RowSumOfRounded(), case, "cpu")
+        res = run_case(tiled.RowSumOfRounded(), case, "cpu")
         v = res.verdict
         assert v is not None and v.rows_over == 0 and v.nonfinite == 0, (case.id, res.message)
         assert v.lse_err <= UNIT_ROUNDOFF[case.kv_dtype], (case.id, v.lse_err)
@@ -89,5 +89,5 @@ def test_rowsum_of_rounded_p_keeps_the_output_and_moves_the_lse_within_a_roundof
                           "(docs/conformance-matrix.md, flashinfer_decode_tc)")
 def test_rowsum_of_rounded_p_passes_its_tier():
     for case in _lse_cases():
-        res = run_case(p_rounded.RowSumOfRounded(), case, "cpu")
+        res = run_case(tiled.RowSumOfRounded(), case, "cpu")
         assert res.status == "passed", (case.id, res.message)

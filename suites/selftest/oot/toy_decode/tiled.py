@@ -17,6 +17,18 @@ self-tests show (suites/selftest/test_distributions.py):
   Fp16TileSum      each tile's P @ V product summed in fp16 (an MMA with a half-precision
                    accumulator) before the float32 running sum: fine for |V| of a few units,
                    inf once a tile's weighted V sum passes 65504
+
+Two more are not bugs but the softmax arithmetic of flashinfer's fa2 kernel, the one its
+tensor-core decode and its fa2 MLA wrapper run (0.7.2.post1, include/flashinfer/attention/
+prefill.cuh, `compute_sfm_v`; mla.cuh the same): each tile's P is cast to the query dtype once
+(`vec_cast<DTypeQ, float>`), and P @ V reads the cast values.
+
+  RowSumOfRounded  the denominator too is a row sum of the cast values, taken by an MMA
+                   (`mma::m16k16_rowsum_f16f16f32`): the output stays consistent, numerator and
+                   denominator sharing each rounding, while the LSE carries every term's
+  RowSumInFp32     the denominator summed from the unrounded P, as the CUDA-core decode does
+
+suites/selftest/test_foreign_arithmetic.py judges those two.
 """
 from __future__ import annotations
 
@@ -54,10 +66,11 @@ def _split(batch, q, k, v, bug, m_fixed):
             m_new = torch.maximum(m, s.amax(-1))
         alpha = torch.exp(m - m_new).nan_to_num(0.0)  # the first tile: exp(-inf - finite) = 0
         p = torch.exp(s - m_new[..., None])
-        pv = torch.einsum("hgn,nhd->hgd", p, vt)
+        p_pv = p.to(batch.q.dtype).float() if bug in ("rowsum_of_rounded_p", "rowsum_in_fp32") else p
+        pv = torch.einsum("hgn,nhd->hgd", p_pv, vt)
         if bug == "fp16_tile_sum":
             pv = pv.half().float()
-        z = z * alpha + p.sum(-1)
+        z = z * alpha + (p_pv if bug == "rowsum_of_rounded_p" else p).sum(-1)
         acc = acc * alpha[..., None] + pv
         m = m_new
     return acc, z, m
@@ -123,3 +136,15 @@ class FirstTileMax(TiledDecode):
 class Fp16TileSum(TiledDecode):
     name = "toy_tiled_fp16_tile_sum"
     bug = "fp16_tile_sum"
+
+
+class RowSumOfRounded(TiledDecode):
+    """flashinfer fa2's arithmetic: the denominator summed from P cast to the query dtype."""
+    name = "toy_tiled_rowsum_of_rounded_p"
+    bug = "rowsum_of_rounded_p"
+
+
+class RowSumInFp32(TiledDecode):
+    """The same with the denominator from the unrounded P (P @ V still reads the cast values)."""
+    name = "toy_tiled_rowsum_in_fp32"
+    bug = "rowsum_in_fp32"
