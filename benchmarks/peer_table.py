@@ -6,9 +6,11 @@ read bandwidth).
 
     python benchmarks/peer_table.py --out DIR [--kernel NAME ...] [--rounds 5] [--reps 20]
 
-Graph-safe kernels are timed as CUDA-graph replays, the others as eager launches (host
-overhead included: that is what a caller of such a kernel pays), with the L2 flushed before
-every launch (decode_conformance's timer). Each kernel's output is first compared with
+Every kernel is timed as a CUDA-graph replay of its planned launch where that launch can be
+captured (a cell has fixed lengths, so a graph of one plan is what a serving engine replays
+for it, whether or not the kernel declares `cuda_graph_safe`, which promises more: one graph
+for every length), else as eager launches (mode `e`, with why), the L2 flushed before every
+launch (decode_conformance's timer). Each kernel's output is first compared with
 torch_gather's (our float32 torch implementation) on the same inputs: a kernel that is wrong
 on the cell is reported, not timed. A kernel that does not declare the cell's shape, or whose
 library is absent, gets the skip reason. Writes DIR/peer_table.json and DIR/peer_table.md.
@@ -62,7 +64,9 @@ def _cosine(a, b) -> float:
     return float(torch.dot(a, b) / (a.norm() * b.norm()).clamp_min(1e-300))
 
 
-def measure_cell(cell, kernels, reference, timing, rounds: int, reps: int) -> dict:
+def measure_cell(cell, kernels, reference, timing, rounds: int, reps: int, no_graph: dict) -> dict:
+    """no_graph: {kernel: why} for the kernels whose launch did not capture on this cell (the
+    pre-flight's finding); they are timed eagerly."""
     from decode_conformance.runner import prepare
     import torch
     ref_batch = prepare(reference, cell.case, "cuda")
@@ -86,13 +90,15 @@ def measure_cell(cell, kernels, reference, timing, rounds: int, reps: int) -> di
         if not cos >= MIN_COSINE:
             entries[k.name] = {"status": "wrong", "reason": f"cosine {cos:.6f} against torch_gather"}
             continue
-        if k.caps.cuda_graph_safe:
+        if k.name not in no_graph:
             g = timing.capture(launch, "cuda")
             runners[k.name] = (lambda g=g: timing.replay_times_us(g, "cuda", reps), "graph")
         else:
             flush = timing._bench_flush("cuda", timing.BENCH_FLUSH)  # the flush replay_times_us uses
             runners[k.name] = (lambda launch=launch: timing.event_times_us(launch, "cuda", reps, flush), "eager")
         entries[k.name] = {"status": "timed", "times_us": [], "mode": runners[k.name][1]}
+        if k.name in no_graph:
+            entries[k.name]["eager_because"] = no_graph[k.name]
     for _ in range(rounds):  # interleaved
         for name, (run, _mode) in runners.items():
             entries[name]["times_us"] += run()
@@ -104,45 +110,58 @@ def measure_cell(cell, kernels, reference, timing, rounds: int, reps: int) -> di
 
 
 def preflight(name: str) -> int:
-    """Child process: plan, launch and synchronise `name` once on every cell it declares; one JSON
-    line per cell on stdout, flushed before the next launch."""
+    """Child process: plan, launch and synchronise `name` once on every cell it declares, then try
+    to capture the launch in a CUDA graph and replay it; one JSON line per cell on stdout, flushed
+    before the next launch ("graph": "ok" or why not)."""
     import torch
     from decode_conformance.runner import prepare
-    _, load_cells, _ = perf_api()
+    timing, load_cells, _ = perf_api()
     k = _load(name)
     for cell in load_cells():
         if k.caps.missing_for(cell.case, "cuda"):
             continue
         print(json.dumps({"cell": cell.name, "status": "started"}), flush=True)
+        graph = "not tried"
         try:
             batch = prepare(k, cell.case, "cuda")
-            k.plan(batch)()
+            launch = k.plan(batch)
+            launch()
             torch.cuda.synchronize()
             status = "ok"
         except Exception as e:  # reported by measure_cell in the timing process, with the same message
             status = f"error: {type(e).__name__}"
-        print(json.dumps({"cell": cell.name, "status": status}), flush=True)
+        if status == "ok":
+            try:
+                timing.capture(launch, "cuda").replay()
+                torch.cuda.synchronize()
+                graph = "ok"
+            except Exception as e:
+                graph = f"{type(e).__name__}: {e}"[:160]
+        print(json.dumps({"cell": cell.name, "status": status, "graph": graph}), flush=True)
     return 0
 
 
-def crashed_cells(names, jobs: int) -> dict:
-    """{kernel: {cell: why}} for the cells whose pre-flight process died (signal, CUDA abort)."""
+def crashed_cells(names, jobs: int) -> tuple[dict, dict]:
+    """({kernel: {cell: why}} for the cells whose pre-flight process died (signal, CUDA abort),
+    {kernel: {cell: why}} for the cells whose launch did not capture in a CUDA graph)."""
     import concurrent.futures as cf
     import subprocess
 
     def one(name):
         p = subprocess.run([sys.executable, __file__, "--preflight", name], capture_output=True, text=True)
         lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+        no_graph = {x["cell"]: x["graph"] for x in lines if x.get("graph") not in (None, "ok")}
         if p.returncode == 0:
-            return name, {}
+            return name, {}, no_graph
         tail = " ".join(p.stderr.strip().splitlines()[-2:])[-200:]
         why = f"pre-flight process died (exit {p.returncode}): {tail}"
         if lines and lines[-1]["status"] == "started":
-            return name, {lines[-1]["cell"]: why}
-        return name, {ANY_CELL: why}  # before or between cells: trust none of them in this process
+            return name, {lines[-1]["cell"]: why}, no_graph
+        return name, {ANY_CELL: why}, no_graph  # before or between cells: trust none of them in this process
 
     with cf.ThreadPoolExecutor(max(1, jobs)) as pool:
-        return dict(pool.map(one, names))
+        found = list(pool.map(one, names))
+    return {n: c for n, c, _ in found}, {n: g for n, _, g in found}
 
 
 def main(argv=None) -> int:
@@ -164,7 +183,7 @@ def main(argv=None) -> int:
     timing, load_cells, bytes_moved = perf_api()
     names = a.kernel or list(SHIPPED + ADAPTERS)
     kernels = [_load(n) for n in names]
-    crashed = crashed_cells([k.name for k in kernels if not k.caps.unavailable], a.preflight_jobs)
+    crashed, no_graph = crashed_cells([k.name for k in kernels if not k.caps.unavailable], a.preflight_jobs)
     for name, cells in crashed.items():
         for cell, why in cells.items():
             print(f"{name} on {cell}: {why}", flush=True)
@@ -174,7 +193,9 @@ def main(argv=None) -> int:
     for cell in load_cells():
         dead = {k.name: crashed.get(k.name, {}).get(cell.name) or crashed.get(k.name, {}).get(ANY_CELL)
                 for k in kernels}
-        entries = measure_cell(cell, [k for k in kernels if not dead[k.name]], reference, timing, a.rounds, a.reps)
+        eager = {n: cells[cell.name] for n, cells in no_graph.items() if cell.name in cells}
+        entries = measure_cell(cell, [k for k in kernels if not dead[k.name]], reference, timing, a.rounds, a.reps,
+                               eager)
         entries.update({n: {"status": "crashed", "reason": why} for n, why in dead.items() if why})
         floor_us = bytes_moved(cell.case) / (tbs * 1e12) * 1e6
         base = entries.get(BASELINE, {}).get("median_us")
@@ -192,7 +213,8 @@ def main(argv=None) -> int:
             "rounds": a.rounds, "reps": a.reps}
     (out / "peer_table.json").write_text(json.dumps({"meta": meta, "cells": rows}, indent=1))
     lines = [f"{meta['gpu']}, torch {meta['torch']}, read bandwidth {tbs:.2f} TB/s; median us "
-             f"(x {BASELINE}, % of the read roofline); g = CUDA-graph replay, e = eager launch", "",
+             f"(x {BASELINE}, % of the read roofline); g = CUDA-graph replay, e = eager launch (its launch did "
+             "not capture: peer_table.json says why)", "",
              "| kernel | " + " | ".join(rows) + " |", "|---|" + "---|" * len(rows)]
     for k in kernels:
         cells = []

@@ -57,6 +57,8 @@ def parse_args(argv=None):
     ap.add_argument("--perf-baseline-dir", default=None, help="records for the thresholds (default: the shipped)")
     ap.add_argument("--max-seconds", type=float, default=240.0, help="stop starting new work after this long")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--separate-inputs", action="store_true",
+                    help="give the reference instance inputs of its own (the guard shares the tested kernel's)")
     ap.add_argument("--fake", action="store_true", help="CPU dry run with perf.sources.FakeTiming (synthetic numbers)")
     return ap.parse_args(argv)
 
@@ -179,7 +181,8 @@ def main(argv=None) -> int:
 
     def run(kp, ref, source):
         return guard.GuardRun(timing=source, gpu_class=gpu_class, baseline_dir=base_dir, record=False,
-                              require=False, pyargs=False, cells=cells, reference=ref).outcome(kp)
+                              require=False, pyargs=False, cells=cells, reference=ref,
+                              share_inputs=not args.separate_inputs).outcome(kp)
 
     # A/A ---------------------------------------------------------------------------------------
     for kp, ref in pairs:

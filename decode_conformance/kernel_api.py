@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Optional, Protocol, runtime_checkable
 
 from .batch import DecodeBatch
 from .cases import DTYPES, LAYOUTS, WINDOW_CONVENTIONS, Case
-from .reference import DEQUANT_KV, FP8_MATH, FP8_Q_AND_P
+from .reference import DEQUANT_KV, FP8_MATH, FP8_Q_AND_P, SOFTMAX_SUMS, SUM_FP32
 
 # Where kernel specs come from lives in a module without torch (the first usage checks of a run
 # happen before torch is imported); its names stay importable from here.
@@ -128,6 +128,9 @@ class Capabilities:
     # reference.tier_attention (the error budget of fp8 cases): DEQUANT_KV or FP8_Q_AND_P. The
     # latter also deselects fp8 cases on GPU classes without fp8 tensor cores (plugin).
     fp8_math: str = DEQUANT_KV
+    # reference.tier_attention (the LSE budget, where `lse`): how the softmax denominator is
+    # summed, SUM_FP32 (the unrounded P) or SUM_ROUNDED_P (P as rounded for P @ V).
+    softmax_sum: str = SUM_FP32
     # suites/parity/test_num_splits.py: the kernel uses batch.num_splits when it is set.
     num_splits: bool = False
     # suites/parity/test_cuda_graph.py and test_determinism.py::test_same_plan_launched_twice.
@@ -179,6 +182,8 @@ class Capabilities:
             raise ValueError(f"Capabilities.shape_rules: expected a tuple of ShapeRule, got {self.shape_rules!r}")
         if self.fp8_math not in FP8_MATH:
             raise ValueError(f"Capabilities.fp8_math: expected one of {FP8_MATH}, got {self.fp8_math!r}")
+        if self.softmax_sum not in SOFTMAX_SUMS:
+            raise ValueError(f"Capabilities.softmax_sum: expected one of {SOFTMAX_SUMS}, got {self.softmax_sum!r}")
         if self.unavailable is not None and not isinstance(self.unavailable, str):
             raise ValueError(f"Capabilities.unavailable: expected None or a reason (str), got {self.unavailable!r}")
 
@@ -230,6 +235,8 @@ class Capabilities:
             parts.append("rule " + r.bounds())
         parts.append(f"window {self.window_convention}" if self.window_convention else "no window")
         parts.append(f"fp8 {self.fp8_math}")
+        if self.softmax_sum != SUM_FP32:
+            parts.append(f"softmax sum {self.softmax_sum}")
         for flag in ("mla", "softcap", "sinks", "lse", "num_splits", "cuda_graph_safe", "deterministic",
                      "batch_invariant"):
             parts.append(("+" if getattr(self, flag) else "-") + flag)

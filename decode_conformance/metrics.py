@@ -152,11 +152,13 @@ def blocked_sum_terms(n):
     return 16 + torch.ceil(n / 16) if isinstance(n, torch.Tensor) else 16 + -(-n // 16)
 
 
-def lse_budget(ref_lse: torch.Tensor, tier_lse: Optional[torch.Tensor], visible: torch.Tensor,
+def lse_budget(ref_lse: torch.Tensor, tier_lse, visible: torch.Tensor,
                ratio: float = BUDGET_RATIO, slack: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """[B, Hq] float64 allowance on |lse - ref_lse| (the LSE budget above). slack: the score
-    rounding bound (reference.TierResult.lse_slack). tier_lse None (a hand-built TierResult)
-    leaves the floor alone."""
+    """[B, Hq] float64 allowance on |lse - ref_lse| (the LSE budget above). tier_lse: the tier's
+    LSE, or a sequence of equally valid realizations of it (reference.TierResult.lses): each row
+    is allowed R x the largest of their errors. slack: the score rounding bound
+    (reference.TierResult.lse_slack). tier_lse None or empty (a hand-built TierResult) leaves
+    the floor alone."""
     r = ref_lse.double()
     finite = torch.isfinite(r)
     mag = torch.where(finite, r.abs(), torch.zeros_like(r))
@@ -164,10 +166,13 @@ def lse_budget(ref_lse: torch.Tensor, tier_lse: Optional[torch.Tensor], visible:
     floor = 2.0 * ulp(mag, torch.float32) + (blocked_sum_terms(n) + 2.0) * (EPS32 / 2)
     if slack is not None:
         floor = floor + slack.to(r.device).double()
-    if tier_lse is None:
+    lses = tier_lse if isinstance(tier_lse, (tuple, list)) else (() if tier_lse is None else (tier_lse,))
+    if not lses:
         return floor
-    t = tier_lse.to(r.device).double()
-    own = torch.where(finite & torch.isfinite(t), (t - r).abs(), torch.zeros_like(r))
+    own = torch.zeros_like(r)
+    for t in lses:
+        t = t.to(r.device).double()
+        own = torch.maximum(own, torch.where(finite & torch.isfinite(t), (t - r).abs(), torch.zeros_like(r)))
     return ratio * own + floor
 
 
@@ -182,7 +187,7 @@ def row_excess(out: torch.Tensor, ref_out: torch.Tensor, budget: RowBudget) -> t
 
 
 def judge(case: Case, out: torch.Tensor, lse: Optional[torch.Tensor], ref_out: torch.Tensor, ref_lse: torch.Tensor,
-          visible: torch.Tensor, tier_out, tier_lse: Optional[torch.Tensor] = None,
+          visible: torch.Tensor, tier_out, tier_lse=None,
           sinks: Optional[torch.Tensor] = None, thresholds: Optional[Thresholds] = None,
           lse_slack: Optional[torch.Tensor] = None) -> Verdict:
     """Everything stays on the tensors' device; only scalars reach the host."""

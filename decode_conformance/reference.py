@@ -36,6 +36,18 @@ DEQUANT_KV = "dequant-kv"  # K/V bytes upcast (dequantized) to the query dtype; 
 FP8_Q_AND_P = "fp8-q-and-p"  # q and the probabilities P quantized to the cache's fp8 type: fp8 x fp8 MMAs
 FP8_MATH = (DEQUANT_KV, FP8_Q_AND_P)
 
+# How a kernel sums the softmax denominator Z (Capabilities.softmax_sum): the LSE's tier.
+SUM_FP32 = "fp32"  # Z sums the unrounded P in fp32
+# Z sums P as rounded for the P @ V product: to the query dtype (fp8 under FP8_Q_AND_P), e.g.
+# flashinfer's fa2 kernel, whose row sum is an MMA over the cast P.
+SUM_ROUNDED_P = "rounded-p"
+SOFTMAX_SUMS = (SUM_FP32, SUM_ROUNDED_P)
+
+# A kernel rounds P against the running max of a tile, not the row's: P is scaled by
+# exp(m_row - m_tile) >= 1 first, which moves it on the grid. Scaling by 2^(j/4), j = 0..3 (the
+# grid positions one factor of 2 spans), gives four equally valid realizations of that rounding.
+P_GRIDS = tuple(2.0 ** (j / 4) for j in range(4))
+
 
 @dataclass
 class Reference:
@@ -53,13 +65,18 @@ class TierResult:
     # [B, Hq] float64: a bound on what rounding the Dk products of each score to fp32 moves the
     # LSE by (`score_rounding_bound`); part of the LSE budget's floor.
     lse_slack: Optional[torch.Tensor] = None
-    # Further realizations of the same arithmetic (FP8_Q_AND_P: other quantization grids for P);
-    # a row's yardstick is the largest error over all of them.
+    # Further realizations of the same arithmetic (other quantization grids for P, the other
+    # way of rounding an MLA q); a row's yardstick is the largest error over all of them.
     more: tuple = ()
+    more_lse: tuple = ()  # the same for the LSE
 
     @property
     def outs(self) -> tuple:
         return (self.out,) + tuple(self.more)
+
+    @property
+    def lses(self) -> tuple:
+        return ((self.lse,) if self.lse is not None else ()) + tuple(self.more_lse)
 
 
 def visible_range(length: int, visible_keys) -> tuple[int, int]:
@@ -128,8 +145,9 @@ def saturating_cast(x: torch.Tensor, fp8: torch.dtype) -> torch.Tensor:
     return x.float().clamp(-big, big).to(fp8)
 
 
-def tier_attention(case: Case, batch: DecodeBatch, fp8_math: str = DEQUANT_KV) -> TierResult:
-    """The attention a kernel of tier `fp8_math` computes, done by plain torch.
+def tier_attention(case: Case, batch: DecodeBatch, fp8_math: str = DEQUANT_KV,
+                   softmax_sum: str = SUM_FP32) -> TierResult:
+    """The attention a kernel of tier (`fp8_math`, `softmax_sum`) computes, done by plain torch.
 
     Non-fp8 caches, and fp8 caches under DEQUANT_KV: bf16/fp16 matmuls and softmax in the
     query dtype on the dequantized cache (the way FlashAttention's tests build their
@@ -137,18 +155,38 @@ def tier_attention(case: Case, batch: DecodeBatch, fp8_math: str = DEQUANT_KV) -
     fp8 x fp8 products accumulated in fp32, P = exp(s - row max) quantized to the fp8 type
     once per row for the P @ V product, the denominator summed from the unquantized P (as
     split-K kernels with fp8 MMAs do); its LSE carries q's quantization, so it is returned
-    too. A kernel quantizes P against its running max of a tile, not the row's: P is scaled
-    by exp(m_row - m_tile) >= 1 before rounding, which moves it on the fp8 grid. So P is
-    quantized four times, scaled by 2^(j/4) (j = 0..3: the grid positions one factor of 2
-    spans), giving four equally valid realizations of the tier's rounding; the budget takes
-    the largest error among them (one realization alone can land near zero on a short row,
-    where a kernel's equally legitimate rounding does not)."""
+    too. P is quantized on each of the P_GRIDS, and the budget takes the largest error among
+    them (one realization alone can land near zero on a short row, where a kernel's equally
+    legitimate rounding does not). On an MLA case q may be rounded over every dim or over
+    the no-rope ones only (the rope dims meeting K's in a product of their own at q's
+    precision, as sglang's Triton MLA decode does): both are realizations too.
+
+    softmax_sum SUM_ROUNDED_P: the LSE's denominator sums P as rounded for P @ V, on each of
+    the P_GRIDS (the outputs are unchanged: numerator and denominator share the rounding)."""
     if fp8_math not in FP8_MATH:
         raise ValueError(f"fp8_math: expected one of {FP8_MATH}, got {fp8_math!r}")
+    if softmax_sum not in SOFTMAX_SUMS:
+        raise ValueError(f"softmax_sum: expected one of {SOFTMAX_SUMS}, got {softmax_sum!r}")
+    rounded = softmax_sum == SUM_ROUNDED_P
     if fp8_math == FP8_Q_AND_P and case.is_fp8:
-        return _fp8_q_and_p(case, batch)
-    lse, slack = _lse_in_fp32(case, batch)
-    return TierResult(out=_in_query_dtype(case, batch), lse=lse, lse_slack=slack)
+        return _fp8_q_and_p(case, batch, rounded)
+    lses, slack = _lse_in_fp32(case, batch, rounded)
+    return TierResult(out=_in_query_dtype(case, batch), lse=lses[0], more_lse=tuple(lses[1:]), lse_slack=slack)
+
+
+def _rounded_sum_shifts(p: torch.Tensor, extra: Optional[torch.Tensor], dtype: torch.dtype) -> list:
+    """log(Z_j / Z) per row for Z_j the denominator summed from P rounded to `dtype` on grid j
+    (P_GRIDS), Z from the unrounded P; `extra` the unrounded terms (a sink's) both add."""
+    exact = p.double().sum(-1)
+    if extra is not None:
+        exact = exact + extra.double()
+    shifts = []
+    for g in P_GRIDS:
+        z = ((p * g).to(dtype).double() / g).sum(-1)
+        if extra is not None:
+            z = z + extra.double()
+        shifts.append(torch.log(z / exact))
+    return shifts
 
 
 def dot_rounding_terms(head_dim: int) -> int:
@@ -181,25 +219,29 @@ def score_rounding_bound(qg: torch.Tensor, k: torch.Tensor, s: torch.Tensor, sca
     return dot_rounding_terms(qg.shape[-1]) * u * (p * mass).sum(-1).double() + capped
 
 
-def _lse_in_fp32(case: Case, batch: DecodeBatch) -> torch.Tensor:
+def _lse_in_fp32(case: Case, batch: DecodeBatch, rounded: bool = False) -> tuple[list, torch.Tensor]:
     """The LSE of the query-dtype tier the way its kernels compute it: q and K in the query
     dtype (K dequantized to it, as `_in_query_dtype` does), scores, exponentials, their sum and
     the log in fp32 (MMAs accumulate in fp32 and every kernel keeps its softmax statistics
-    there). Its error against the float64 LSE is what fp32 arithmetic costs on that row. Also
-    returns `score_rounding_bound` per row."""
+    there). Its error against the float64 LSE is what fp32 arithmetic costs on that row.
+    Returns its realizations (one; with `rounded`, one per P grid with the denominator summed
+    from P rounded to the query dtype) and `score_rounding_bound` per row."""
     dt = case.q_dtype
     Hkv, G, Dk = case.num_kv_heads, case.group, case.head_dim
     k_scale, _ = case.scales
     k_slots = batch.k_slots()
     indptr = batch.kv_indptr.tolist()
-    lse = torch.full((case.batch, case.num_q_heads), float("-inf"), dtype=torch.float64, device=batch.device)
+    count = len(P_GRIDS) if rounded else 1
+    lses = [torch.full((case.batch, case.num_q_heads), float("-inf"), dtype=torch.float64, device=batch.device)
+            for _ in range(count)]
     slack = torch.zeros((case.batch, case.num_q_heads), dtype=torch.float64, device=batch.device)
     sinks = batch.sinks.float().view(Hkv, G, 1) if batch.sinks is not None else None
     for b in range(case.batch):
         slots = _request_slots(case, batch, b, indptr)
         if slots.numel() == 0:
             if sinks is not None:
-                lse[b] = sinks.double().reshape(-1)
+                for lse in lses:
+                    lse[b] = sinks.double().reshape(-1)
             continue
         k = (k_slots[slots].to(dt) * k_scale).to(dt).float()
         qg = batch.q[b].float().view(Hkv, G, Dk)
@@ -207,10 +249,15 @@ def _lse_in_fp32(case: Case, batch: DecodeBatch) -> torch.Tensor:
         if case.softcap is not None:
             s = case.softcap * torch.tanh(s / case.softcap)
         slack[b] = score_rounding_bound(qg, k, s, case.sm_scale, sinks, case.softcap).reshape(-1)
-        if sinks is not None:
-            s = torch.cat([s, sinks], dim=-1)
-        lse[b] = torch.logsumexp(s, dim=-1).double().reshape(-1)
-    return lse, slack
+        full = torch.cat([s, sinks], dim=-1) if sinks is not None else s
+        lse = torch.logsumexp(full, dim=-1).double()
+        lses[0][b] = lse.reshape(-1)
+        if rounded:
+            m = full.amax(-1, keepdim=True)
+            extra = torch.exp(sinks - m)[..., 0] if sinks is not None else None
+            for out, shift in zip(lses, _rounded_sum_shifts(torch.exp(s - m), extra, dt)):
+                out[b] = (lse + shift).reshape(-1)
+    return lses, slack
 
 
 def _in_query_dtype(case: Case, batch: DecodeBatch) -> torch.Tensor:
@@ -239,45 +286,64 @@ def _in_query_dtype(case: Case, batch: DecodeBatch) -> torch.Tensor:
     return out
 
 
-def _fp8_q_and_p(case: Case, batch: DecodeBatch) -> TierResult:
+def _q_forms(case: Case, q: torch.Tensor, fp8: torch.dtype) -> list:
+    """The ways a kernel of the FP8_Q_AND_P tier may round q [Hq, Dk] (float32 values): every dim
+    to fp8; on an MLA case also the no-rope dims only, the rope dims left at q's precision."""
+    every = saturating_cast(q, fp8).float()
+    if not case.mla:
+        return [every]
+    nope = case.head_dim - case.rope_dim
+    return [every, torch.cat([every[:, :nope], q[:, nope:].float()], dim=-1)]
+
+
+def _fp8_q_and_p(case: Case, batch: DecodeBatch, rounded: bool = False) -> TierResult:
     fp8 = case.cache_dtype
     Hkv, G, Dk, Dv = case.num_kv_heads, case.group, case.head_dim, case.v_head_dim
     k_scale, v_scale = case.scales
     k_slots, v_slots = batch.k_slots(), batch.v_slots()
     indptr = batch.kv_indptr.tolist()
     dev = batch.device
-    grids = [2.0 ** (j / 4) for j in range(4)]
-    outs = [torch.zeros((case.batch, case.num_q_heads, Dv), dtype=case.q_dtype, device=dev) for _ in grids]
-    lse = torch.full((case.batch, case.num_q_heads), float("-inf"), dtype=torch.float64, device=dev)
-    slack = torch.zeros((case.batch, case.num_q_heads), dtype=torch.float64, device=dev)
+    forms = len(_q_forms(case, batch.q[0], fp8))
+    shape = (case.batch, case.num_q_heads)
+    outs = [torch.zeros(shape + (Dv,), dtype=case.q_dtype, device=dev) for _ in range(forms * len(P_GRIDS))]
+    lses = [torch.full(shape, float("-inf"), dtype=torch.float64, device=dev)
+            for _ in range(forms * (len(P_GRIDS) if rounded else 1))]
+    slack = torch.zeros(shape, dtype=torch.float64, device=dev)
     sinks = batch.sinks.float().view(Hkv, G) if batch.sinks is not None else None
+    scale = case.sm_scale * k_scale
     for b in range(case.batch):
         slots = _request_slots(case, batch, b, indptr)
-        q8 = saturating_cast(batch.q[b], fp8).float().view(Hkv, G, Dk)
         if slots.numel() == 0:
             if sinks is not None:
-                lse[b] = sinks.double().reshape(-1)
+                for lse in lses:
+                    lse[b] = sinks.double().reshape(-1)
             continue
         k = k_slots[slots].float()  # stored fp8 values, exactly
         v = v_slots[slots].float()
-        s = torch.einsum("hgd,nhd->hgn", q8, k) * (case.sm_scale * k_scale)
-        if case.softcap is not None:
-            s = case.softcap * torch.tanh(s / case.softcap)
-        slack[b] = score_rounding_bound(q8, k, s, case.sm_scale * k_scale,
-                                        sinks[..., None] if sinks is not None else None, case.softcap).reshape(-1)
-        m = s.amax(-1, keepdim=True)
-        p = torch.exp(s - m)
-        z = p.sum(-1, keepdim=True)
-        if sinks is not None:
-            z = z + torch.exp(sinks[..., None] - m)
-        for out, scale in zip(outs, grids):
-            p8 = (p * scale).to(fp8).float() / scale  # P <= 1 (x 2^0.75): in range for both fp8 types
-            o = torch.einsum("hgn,nhd->hgd", p8, v) * v_scale / z
-            out[b] = o.reshape(case.num_q_heads, Dv).to(case.q_dtype)
-        s64 = torch.einsum("hgd,nhd->hgn", q8.double(), k.double()) * (case.sm_scale * k_scale)
-        if case.softcap is not None:
-            s64 = case.softcap * torch.tanh(s64 / case.softcap)
-        if sinks is not None:
-            s64 = torch.cat([s64, sinks.double()[..., None]], dim=-1)
-        lse[b] = torch.logsumexp(s64, dim=-1).reshape(-1)
-    return TierResult(out=outs[0], lse=lse, more=tuple(outs[1:]), lse_slack=slack)
+        out_at, lse_at = iter(outs), iter(lses)
+        for q in _q_forms(case, batch.q[b], fp8):
+            qg = q.view(Hkv, G, Dk)
+            s = torch.einsum("hgd,nhd->hgn", qg, k) * scale
+            if case.softcap is not None:
+                s = case.softcap * torch.tanh(s / case.softcap)
+            slack[b] = torch.maximum(slack[b], score_rounding_bound(
+                qg, k, s, scale, sinks[..., None] if sinks is not None else None, case.softcap).reshape(-1))
+            m = s.amax(-1, keepdim=True)
+            p = torch.exp(s - m)
+            z = p.sum(-1, keepdim=True)
+            extra = torch.exp(sinks - m[..., 0]) if sinks is not None else None
+            if extra is not None:
+                z = z + extra[..., None]
+            for g in P_GRIDS:
+                p8 = (p * g).to(fp8).float() / g  # P <= 1 (x 2^0.75): in range for both fp8 types
+                o = torch.einsum("hgn,nhd->hgd", p8, v) * v_scale / z
+                next(out_at)[b] = o.reshape(case.num_q_heads, Dv).to(case.q_dtype)
+            s64 = torch.einsum("hgd,nhd->hgn", qg.double(), k.double()) * scale
+            if case.softcap is not None:
+                s64 = case.softcap * torch.tanh(s64 / case.softcap)
+            if sinks is not None:
+                s64 = torch.cat([s64, sinks.double()[..., None]], dim=-1)
+            lse = torch.logsumexp(s64, dim=-1)
+            for shift in (_rounded_sum_shifts(p, extra, fp8) if rounded else [0.0]):
+                next(lse_at)[b] = (lse + shift).reshape(-1)
+    return TierResult(out=outs[0], lse=lses[0], more=tuple(outs[1:]), more_lse=tuple(lses[1:]), lse_slack=slack)

@@ -84,7 +84,7 @@ def prepare(kernel: DecodeKernel, case: Case, device, seed: Optional[int] = None
 
 def yardstick(kernel: DecodeKernel, case: Case, batch: DecodeBatch) -> tuple[Reference, TierResult]:
     """The float64 reference and the kernel tier's torch computation, from pristine inputs."""
-    return reference(case, batch), tier_attention(case, batch, kernel.caps.fp8_math)
+    return reference(case, batch), tier_attention(case, batch, kernel.caps.fp8_math, kernel.caps.softmax_sum)
 
 
 def _describe(t) -> str:
@@ -175,7 +175,7 @@ def verdict_of(kernel: DecodeKernel, case: Case, batch: DecodeBatch, ref: Refere
                thresholds: Optional[Thresholds] = None) -> Verdict:
     """The judge on the batch's current output (the LSE only where the kernel returns one)."""
     return judge(case, batch.out, batch.lse if kernel.caps.lse else None, ref.out, ref.lse, ref.visible,
-                 tier.outs, tier.lse, batch.sinks, thresholds, lse_slack=tier.lse_slack)
+                 tier.outs, tier.lses, batch.sinks, thresholds, lse_slack=tier.lse_slack)
 
 
 def run_case(kernel: DecodeKernel, case: Case, device="cpu", seed: Optional[int] = None,

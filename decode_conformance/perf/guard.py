@@ -221,8 +221,11 @@ class GuardRun:
 
     def __init__(self, *, timing, gpu_class: str, baseline_dir, record: bool, require: bool, pyargs: bool,
                  gpu_class_option: Optional[str] = None, cells=None, selected: Optional[dict] = None,
-                 reference=None, spread: Optional[dict] = "table"):
+                 reference=None, spread: Optional[dict] = "table", share_inputs: bool = True):
         self.timing = timing
+        # A/B: the reference reads the inputs of the kernel under test (sources.open's inputs_of);
+        # False gives each its own, allocated elsewhere (perf_power.py --separate-inputs measures it).
+        self.share_inputs = share_inputs
         self.gpu_class = gpu_class
         self.default_dir = not baseline_dir
         self.baseline_dir = pathlib.Path(baseline_dir) if baseline_dir else store.default_dir()
@@ -340,7 +343,7 @@ class GuardRun:
         ref = self.reference
         sa = self.timing.open(kp.kernel, cells, role="test")
         try:
-            sb = self.timing.open(ref.kernel, cells, role="reference")
+            sb = self.timing.open(ref.kernel, cells, role="reference", inputs_of=sa if self.share_inputs else None)
             try:
                 pairs = stats.measure_pair(sa, sb)
                 problems = {n: sa.check(n) or sb.check(n) for n in pairs}

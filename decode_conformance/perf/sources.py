@@ -4,9 +4,12 @@ kernel declares `cuda_graph_safe`, else eager launches; events around the work a
 flushed by a read-only kernel before each sample: perf/timing.py). `FakeTiming` draws samples
 from a model, for the CPU self-tests (env DECODE_CONFORMANCE_PERF_FAKE names its arguments).
 
-`open(kernel, cells, role)`: role "test" is the kernel under test, "reference" the second
-kernel of an A/B run; a planted slowdown (perf_power.py's `wrap`, FakeTiming's `slowdown`)
-applies to the kernel under test only."""
+`open(kernel, cells, role, inputs_of=None)`: role "test" is the kernel under test,
+"reference" the second kernel of an A/B run; a planted slowdown (perf_power.py's `wrap`,
+FakeTiming's `slowdown`) applies to the kernel under test only. `inputs_of` (an open session)
+makes the new session read that session's input tensors (q, the caches, the metadata), with
+its own out / lse / workspace: an A/B pair then differs by its kernels only, not by where its
+inputs happened to be allocated."""
 from __future__ import annotations
 
 import json
@@ -35,15 +38,27 @@ class Session(Protocol):
 
 class TimingSource(Protocol):
     def device_info(self) -> dict: ...
-    def open(self, kernel, cells: list[PerfCell], role: str = "test") -> Session: ...
+    def open(self, kernel, cells: list[PerfCell], role: str = "test", inputs_of=None) -> Session: ...
+
+
+def _same_inputs(batch, device):
+    """A batch reading `batch`'s input tensors, with fresh suite-owned outputs and workspace."""
+    import dataclasses
+    import torch
+    from ..batch import Workspace
+    return dataclasses.replace(batch, out=torch.full_like(batch.out, float("nan")),
+                               lse=torch.full_like(batch.lse, float("nan")), workspace=Workspace(device),
+                               kernel_note="")
 
 
 class GpuSession:
-    def __init__(self, kernel, cells: list[PerfCell], device, flush, wrap=None, gpu_class: Optional[str] = None):
+    def __init__(self, kernel, cells: list[PerfCell], device, flush, wrap=None, gpu_class: Optional[str] = None,
+                 inputs_of: Optional["GpuSession"] = None):
         import torch
         from ..runner import kernel_traceback, prepare
         from . import timing
         self.device, self.flush = device, flush
+        self.window_convention = kernel.caps.window_convention  # how its batches give the window
         self.cells, self.skipped, self.errors, self.timing = {}, {}, {}, {}
         self._items = {}
         for cell in cells:
@@ -52,7 +67,11 @@ class GpuSession:
                 self.skipped[cell.name] = why
                 continue
             try:
-                batch = prepare(kernel, cell.case, device)
+                shared = inputs_of._items.get(cell.name) if inputs_of is not None else None
+                if shared is not None and inputs_of.window_convention == kernel.caps.window_convention:
+                    batch = _same_inputs(shared[0], device)
+                else:  # the other kernel has no batch here, or reads the window in another convention
+                    batch = prepare(kernel, cell.case, device)
                 launch = kernel.plan(batch)
                 if wrap is not None:
                     launch = wrap(kernel, cell, launch)
@@ -158,9 +177,9 @@ class GpuTiming:
             torch.cuda.empty_cache()
         return self._info
 
-    def open(self, kernel, cells: list[PerfCell], role: str = "test") -> GpuSession:
+    def open(self, kernel, cells: list[PerfCell], role: str = "test", inputs_of=None) -> GpuSession:
         return GpuSession(kernel, cells, self.device, self.flush, self.wrap if role == "test" else None,
-                          self.gpu_class)
+                          self.gpu_class, inputs_of=inputs_of)
 
 
 class FakeSession:
@@ -239,7 +258,7 @@ class FakeTiming:
                 "gpu_uuid": self.gpu_uuid, "gpu_class": self.gpu_class, "torch": "fake", "triton": "fake",
                 "cuda": None, "driver": None}
 
-    def open(self, kernel, cells: list[PerfCell], role: str = "test") -> FakeSession:
+    def open(self, kernel, cells: list[PerfCell], role: str = "test", inputs_of=None) -> FakeSession:
         self._opened += 1
         return FakeSession(self, kernel, cells, self._opened, role)
 

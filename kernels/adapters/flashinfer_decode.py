@@ -34,6 +34,8 @@ Translation from the suite's DecodeBatch (docs/kernel-contract.md):
   - GQA groups: the CUDA-core decode instantiates groups {1, 2, 3, 4, 6, 8, 16} only
     (DISPATCH_GQA_GROUP_SIZE in include/flashinfer/utils.cuh; plan() raises
     "Unsupported group_size" otherwise); the tensor-core path takes any group.
+  - the LSE's tier: the tensor-core path sums the softmax denominator from P cast to the
+    query dtype (softmax_sum "rounded-p"); the CUDA-core decode sums it in fp32.
   - graph forms: the wrapper is built with fixed indptr / indices / last_page_len buffers
     from the workspace and planned once at the capacity the graph serves, with
     disable_split_kv=True (one CTA per request reads its length from those buffers at
@@ -58,6 +60,7 @@ import math
 from typing import Optional
 
 from decode_conformance.kernel_api import Capabilities
+from decode_conformance.reference import SUM_ROUNDED_P
 
 from .library import import_library, library_version
 
@@ -82,7 +85,9 @@ CAPS = Capabilities(
     cuda_graph_safe=False,
     devices=frozenset({"cuda"}),
 )
-TC_CAPS = dataclasses.replace(CAPS, gqa_groups=None)
+# The fa2 prefill kernel casts P to the query dtype and sums the denominator from the cast values
+# (include/flashinfer/attention/prefill.cuh, compute_sfm_v: vec_cast, m16k16_rowsum_f16f16f32).
+TC_CAPS = dataclasses.replace(CAPS, gqa_groups=None, softmax_sum=SUM_ROUNDED_P)
 
 
 def variant_caps(use_tensor_cores: bool, cuda_graph: bool) -> Capabilities:

@@ -13,6 +13,8 @@ Translation from the suite's DecodeBatch (docs/kernel-contract.md):
     return_lse_base_on_e=True, returned into batch.lse. 0.7.2 checks that the run asks for the
     planned mode ("LSE mode mismatch: planned 'basee', got 'base2'" otherwise, seen on the H200).
   - workspace: 128 MiB float workspace from batch.workspace, zero-filled.
+  - the LSE's tier: fa2 sums the softmax denominator from P cast to the query dtype
+    (softmax_sum "rounded-p"), fa3 in fp32.
 Declared: bf16 / fp16 caches only (fp8 MLA is a different scale contract), no window, no
 soft-cap, no sinks, head dim 576 with V 512 only.
 """
@@ -22,6 +24,7 @@ import dataclasses
 from typing import Optional
 
 from decode_conformance.kernel_api import Capabilities, ShapeRule
+from decode_conformance.reference import SUM_ROUNDED_P
 
 from .flashinfer_decode import FLOAT_WORKSPACE_BYTES, LIBRARY, host_page_metadata
 from .library import import_library, library_version
@@ -42,6 +45,10 @@ CAPS = Capabilities(
     lse=True,
     devices=frozenset({"cuda"}),
 )
+# The fa2 MLA kernel (include/flashinfer/attention/mla.cuh) casts P to the query dtype and sums
+# the denominator from the cast values, as fa2's prefill kernel does (flashinfer_decode.py);
+# the fa3 one sums in fp32 (its LSE passed the fp32 tier on the H200, run s13-2).
+BACKEND_CAPS = {"fa2": dataclasses.replace(CAPS, softmax_sum=SUM_ROUNDED_P), "fa3": CAPS}
 
 
 class FlashinferMlaKernel:
@@ -49,7 +56,8 @@ class FlashinferMlaKernel:
         self._fi = module
         self.name = name
         self._backend = BACKENDS[name]
-        self.caps = CAPS if unavailable is None else dataclasses.replace(CAPS, unavailable=unavailable)
+        caps = BACKEND_CAPS[self._backend]
+        self.caps = caps if unavailable is None else dataclasses.replace(caps, unavailable=unavailable)
         self.library_version = library_version(LIBRARY) if module is not None else None
 
     def plan(self, batch):

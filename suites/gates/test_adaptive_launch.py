@@ -62,7 +62,7 @@ def _run(case, **kw):
         mod._adaptive_stage2 = stage2
     if device == "cuda":
         torch.cuda.synchronize()
-    v = judge(case, batch.out, batch.lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lse, batch.sinks,
+    v = judge(case, batch.out, batch.lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lses, batch.sinks,
               lse_slack=tier.lse_slack)
     return v, launches
 

@@ -137,7 +137,7 @@ def lse_study(inner_factory: Callable, bug: str, cases, device: str) -> Tally:
         t.cases += 1
         batch = prepare(kernel, case, device)
         ref, tier = yardstick(kernel, case, batch)
-        allow = lse_budget(ref.lse, tier.lse, ref.visible, slack=tier.lse_slack)
+        allow = lse_budget(ref.lse, tier.lses, ref.visible, slack=tier.lse_slack)
         vis = ref.visible.to(allow.device) > 0
         hit = bool((kernel.offset > AFFECTED_FACTOR * allow)[vis].any())
         res = run_prepared(kernel, case, batch, ref, tier)

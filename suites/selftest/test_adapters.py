@@ -119,6 +119,18 @@ def test_flashinfer_declares_its_conventions(fake_fi):
     assert fake_fi.caps.devices == frozenset({"cuda"})
 
 
+@pytest.mark.parametrize("name,softmax_sum", [
+    ("flashinfer_decode", "fp32"), ("flashinfer_decode_tc", "rounded-p"), ("flashinfer_decode_tc_graph", "rounded-p"),
+    ("flashinfer_mla", "rounded-p"), ("flashinfer_mla_fa3", "fp32")])
+def test_flashinfer_declares_how_each_path_sums_the_softmax(monkeypatch, name, softmax_sum):
+    """The fa2 kernel (the tensor-core decode's, the fa2 MLA's) sums the denominator from P cast
+    to the query dtype (prefill.cuh compute_sfm_v, mla.cuh): its LSE is judged on that tier
+    (suites/selftest/test_foreign_arithmetic.py shows the tier on the arithmetic). The
+    CUDA-core decode and fa3 sum in fp32."""
+    monkeypatch.setitem(sys.modules, "flashinfer", fake_flashinfer())
+    assert load_kernel(f"decode_conformance_kernels.registry:{name}").caps.softmax_sum == softmax_sum
+
+
 @pytest.mark.parametrize("case", FI_CASES, ids=lambda c: c.id)
 def test_flashinfer_adapter_against_fake(fake_fi, case):
     assert not fake_fi.caps.missing_for(case, "cuda")
@@ -228,7 +240,7 @@ def test_flashinfer_graph_form_reads_lengths_at_launch(fake_fi, variant):
             cap.repoison_outputs()
             with FakeCapture():
                 run()
-            v = judge(scenario, view.out, view.lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lse, view.sinks, lse_slack=tier.lse_slack)
+            v = judge(scenario, view.out, view.lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lses, view.sinks, lse_slack=tier.lse_slack)
             if not v.passed:
                 bad.append(f"{lens}: {v.summary()}")
         return bad

@@ -106,16 +106,22 @@ def test_peer_table_leaves_out_the_cell_a_preflight_died_on(monkeypatch):
     the kernel out of every cell."""
     import subprocess
     m = _peer_module()
-    outs = {"dies_in_cell": (-6, ['{"cell": "c1", "status": "started"}', '{"cell": "c1", "status": "ok"}',
+    outs = {"dies_in_cell": (-6, ['{"cell": "c1", "status": "started"}',
+                                  '{"cell": "c1", "status": "ok", "graph": "ok"}',
                                   '{"cell": "c2", "status": "started"}']),
             "dies_before": (1, []),
-            "fine": (0, ['{"cell": "c1", "status": "started"}', '{"cell": "c1", "status": "ok"}'])}
+            "fine": (0, ['{"cell": "c1", "status": "started"}',
+                         '{"cell": "c1", "status": "ok", "graph": "RuntimeError: operation not permitted when '
+                         'stream is capturing"}'])}
 
     def fake_run(cmd, capture_output, text):
         rc, lines = outs[cmd[-1]]
         return subprocess.CompletedProcess(cmd, rc, "\n".join(lines) + "\n", "CUDA error: an illegal memory access\n")
     monkeypatch.setattr(subprocess, "run", fake_run)
-    got = m.crashed_cells(list(outs), jobs=2)
+    got, no_graph = m.crashed_cells(list(outs), jobs=2)
     assert set(got["dies_in_cell"]) == {"c2"} and "exit -6" in got["dies_in_cell"]["c2"]
     assert "illegal memory access" in got["dies_in_cell"]["c2"]
     assert set(got["dies_before"]) == {m.ANY_CELL} and got["fine"] == {}
+    # a launch that did not capture is timed eagerly, saying why; one that did is replayed
+    assert no_graph == {"dies_in_cell": {}, "dies_before": {}, "fine": {"c1": "RuntimeError: operation not "
+                                                                          "permitted when stream is capturing"}}

@@ -18,7 +18,7 @@ def _setup(case=CASE):
 
 
 def _judge(out, lse, ref, tier, case=CASE, sinks=None):
-    return judge(case, out, lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lse, sinks, lse_slack=tier.lse_slack)
+    return judge(case, out, lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lses, sinks, lse_slack=tier.lse_slack)
 
 
 def test_rounded_reference_passes():
@@ -130,7 +130,7 @@ def test_lse_budget_follows_the_row():
     case's rows allows 1e-4 (the constant it replaces allowed 2e-3 everywhere)."""
     from decode_conformance.metrics import lse_budget
     b, ref, tier = _setup()
-    allow = lse_budget(ref.lse, tier.lse, ref.visible, slack=tier.lse_slack)
+    allow = lse_budget(ref.lse, tier.lses, ref.visible, slack=tier.lse_slack)
     vis = ref.visible > 0
     assert bool((allow[vis] < 1e-4).all()), allow[vis].max()
     floor = lse_budget(ref.lse, None, ref.visible)

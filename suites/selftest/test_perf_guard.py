@@ -387,3 +387,18 @@ def test_shipped_records_load():
     for f in files:
         cells = store.load(f, f.parent.name, f.stem)
         assert cells and all(c["gpu_name"] and c["sessions"] >= 1 and c["median_us"] > 0 for c in cells.values())
+
+
+def test_ab_reference_reads_the_tested_kernels_inputs(cells):
+    """The A/B reference's batch shares the tested kernel's input tensors (two instances of one
+    kernel then differ by nothing but the kernel: s13-2 measured Lean's two instances, each with
+    inputs of its own, 0.5-0.7 % apart), and owns fresh NaN outputs and workspace."""
+    import torch
+    from decode_conformance.factories import build
+    a = build(cells[0].case, "cpu")
+    a.out.zero_()
+    a.workspace.alloc("scratch", (4,), torch.float32)
+    b = sources._same_inputs(a, "cpu")
+    assert all(getattr(b, n) is getattr(a, n) for n in ("q", "k_cache", "v_cache", "kv_indices", "block_table"))
+    assert b.out is not a.out and bool(b.out.isnan().all()) and b.lse is not a.lse
+    assert b.workspace is not a.workspace and not b.workspace.buffers

@@ -25,14 +25,19 @@ prefill.cuh, `compute_sfm_v`; mla.cuh the same): each tile's P is cast to the qu
 
   RowSumOfRounded  the denominator too is a row sum of the cast values, taken by an MMA
                    (`mma::m16k16_rowsum_f16f16f32`): the output stays consistent, numerator and
-                   denominator sharing each rounding, while the LSE carries every term's
+                   denominator sharing each rounding, while the LSE carries every term's;
+                   declared as the LSE tier "rounded-p"
   RowSumInFp32     the denominator summed from the unrounded P, as the CUDA-core decode does
 
 suites/selftest/test_foreign_arithmetic.py judges those two.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
+
+from decode_conformance.reference import SUM_ROUNDED_P
 
 from . import CAPS
 
@@ -139,8 +144,10 @@ class Fp16TileSum(TiledDecode):
 
 
 class RowSumOfRounded(TiledDecode):
-    """flashinfer fa2's arithmetic: the denominator summed from P cast to the query dtype."""
+    """flashinfer fa2's arithmetic: the denominator summed from P cast to the query dtype, and
+    declared so (softmax_sum "rounded-p", as the flashinfer fa2 adapters do)."""
     name = "toy_tiled_rowsum_of_rounded_p"
+    caps = dataclasses.replace(CAPS, softmax_sum=SUM_ROUNDED_P)
     bug = "rowsum_of_rounded_p"
 
 
