@@ -20,10 +20,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import pathlib
 import sys
 from dataclasses import dataclass
 
 import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from decode_conformance import _paths  # noqa: E402
+
+_paths.alias_checkout()  # the kernels package importable as decode_conformance_kernels from a checkout
 
 
 @dataclass

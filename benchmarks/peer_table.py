@@ -90,12 +90,15 @@ def measure_cell(cell, kernels, reference, timing, rounds: int, reps: int, no_gr
         if not cos >= MIN_COSINE:
             entries[k.name] = {"status": "wrong", "reason": f"cosine {cos:.6f} against torch_gather"}
             continue
+        # Each runner holds its batch: a graph replays raw addresses of the tensors it was captured on,
+        # and a batch freed when the next kernel's replaces it makes a replay read freed memory.
         if k.name not in no_graph:
             g = timing.capture(launch, "cuda")
-            runners[k.name] = (lambda g=g: timing.replay_times_us(g, "cuda", reps), "graph")
+            runners[k.name] = (lambda g=g, batch=batch: timing.replay_times_us(g, "cuda", reps), "graph")
         else:
             flush = timing._bench_flush("cuda", timing.BENCH_FLUSH)  # the flush replay_times_us uses
-            runners[k.name] = (lambda launch=launch: timing.event_times_us(launch, "cuda", reps, flush), "eager")
+            runners[k.name] = (lambda launch=launch, batch=batch: timing.event_times_us(launch, "cuda", reps, flush),
+                               "eager")
         entries[k.name] = {"status": "timed", "times_us": [], "mode": runners[k.name][1]}
         if k.name in no_graph:
             entries[k.name]["eager_because"] = no_graph[k.name]
