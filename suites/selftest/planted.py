@@ -105,10 +105,11 @@ LSE_BUGS = {"lse_plus_1e-3": 1e-3, "lse_plus_3e-3": 3e-3}
 
 
 class LseOffset:
-    """`inner` with its LSE moved by a constant; the output is left as it computed it."""
+    """`inner` with its LSE moved by a constant (LSE_BUGS[bug], or `offset`); the output is left as
+    it computed it."""
 
-    def __init__(self, inner, bug: str):
-        self.inner, self.bug, self.offset = inner, bug, LSE_BUGS[bug]
+    def __init__(self, inner, bug: str, offset: Optional[float] = None):
+        self.inner, self.bug, self.offset = inner, bug, LSE_BUGS[bug] if offset is None else offset
         self.name = f"{inner.name}+{bug}"
         self.caps = inner.caps
 

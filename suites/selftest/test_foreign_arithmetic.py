@@ -116,28 +116,12 @@ def test_rowsum_of_rounded_p_passes_its_tier():
         assert res.status == "passed", (case.id, res.message)
 
 
-class _lse_shifted:
-    """A kernel whose LSE is the given kernel's plus `delta`: a merge weight off by e^delta."""
-
-    def __init__(self, inner, delta: float):
-        self.inner, self.delta = inner, delta
-        self.name, self.caps = f"{inner.name}_lse{delta:+g}", inner.caps
-
-    def plan(self, batch):
-        launch = self.inner.plan(batch)
-
-        def shifted():
-            launch()
-            batch.lse.add_(self.delta)
-        return shifted
-
-
 def test_the_rounded_p_tier_still_fails_an_lse_off_by_a_merge_weight_error():
     """The rounded-P tier is no blanket: the same kernel with its LSE off by 2e-3 (every merge
     weight 0.2 % off: half a bf16 ulp) fails on the fp16 cases and on most bf16 ones, whose
     rows' own rounding costs less than that."""
     cases = _lse_cases()
-    failed = {c.id for c in cases if run_case(_lse_shifted(tiled.RowSumOfRounded(), 2e-3), c, "cpu").status == "failed"}
+    failed = {c.id for c in cases if run_case(planted.LseOffset(tiled.RowSumOfRounded(), "lse_plus_2e-3", offset=2e-3), c, "cpu").status == "failed"}
     fp16 = {c.id for c in cases if c.kv_dtype == "fp16"}
     assert fp16 and fp16 <= failed, sorted(fp16 - failed)
     assert len(failed) >= len(cases) * 3 // 4, (len(failed), len(cases))
