@@ -1,7 +1,7 @@
 """Where a kernel's softmax weight goes on one row of a case: V replaced by indicators.
 
     python benchmarks/attention_mass.py CASE_ID --kernel=SPEC [--request B] [--head H]
-        [--blocks 64] [--q-scale 1.0 0.1 ...] [--device cuda]
+        [--blocks 64] [--q-scale 1.0 0.1 ...] [--show 8] [--device cuda]
 
 A row's output is sum_p w_p V_p with weights w_p = softmax(s)_p. With V_p set to indicator
 features (column 0 = 1 for every key, column 1 + j = 1 for the keys of block j), the output
@@ -64,8 +64,11 @@ def plant_indicators(case, batch, request: int, blocks: int) -> int:
     features[:, 0] = 1.0
     idx = torch.arange(n, device=batch.device)
     features[idx, 1 + idx // per] = 1.0
-    v = batch.v_slots()
-    v[slots] = features[:, None, :].to(v.dtype).expand(n, v.shape[1], Dv)
+    # Written through the page view, not batch.v_slots(): where K and V share one allocation
+    # (combined_kv) v_cache is strided and flattening it copies, so the indicators would land
+    # in a copy the kernel never reads.
+    v, ps = batch.v_cache, batch.page_size
+    v[slots // ps, slots % ps] = features[:, None, :].to(v.dtype).expand(n, v.shape[2], Dv)
     return per
 
 
@@ -110,6 +113,7 @@ def main(argv=None) -> int:
     ap.add_argument("--head", type=int, default=0)
     ap.add_argument("--blocks", type=int, default=64)
     ap.add_argument("--q-scale", type=float, nargs="*", default=[1.0])
+    ap.add_argument("--show", type=int, default=8, help="blocks listed per scale, the worst first")
     a = ap.parse_args(argv)
     from decode_conformance import inspect as dci
     dev = dci._device(a.device)
@@ -118,7 +122,7 @@ def main(argv=None) -> int:
     request = a.request if a.request is not None else max(range(case.batch), key=lambda b: case.seq_lens[b])
     print(f"{kernel.name} on {case.id}, request {request} ({case.seq_lens[request]} keys), head {a.head}")
     for s in a.q_scale:
-        print(report(measure(kernel, case, dev, request, a.head, a.blocks, s), s))
+        print(report(measure(kernel, case, dev, request, a.head, a.blocks, s), s, a.show))
     return 0
 
 

@@ -64,6 +64,27 @@ def _cosine(a, b) -> float:
     return float(torch.dot(a, b) / (a.norm() * b.norm()).clamp_min(1e-300))
 
 
+class TimedRunner:
+    """One kernel's samples on one cell: `runner()` returns `reps` device times in us.
+
+    It holds the batch AND the planned launch: a graph replays raw addresses of the tensors it
+    was captured on, and those include what plan() allocated that only the launch closure owns
+    (a library wrapper's own workspace and index buffers). Freed when the caller moves on to
+    the next kernel, a replay reads freed memory: an illegal address (the s14 crashes: the
+    first dropped the batch, the second the launch)."""
+
+    def __init__(self, launch, batch, timing, reps: int, eager: bool):
+        self.launch, self.batch, self.timing, self.reps = launch, batch, timing, reps
+        self.mode = "eager" if eager else "graph"
+        self.graph = None if eager else timing.capture(launch, "cuda")
+
+    def __call__(self) -> list:
+        t = self.timing
+        if self.graph is None:
+            return t.event_times_us(self.launch, "cuda", self.reps, t._bench_flush("cuda", t.BENCH_FLUSH))
+        return t.replay_times_us(self.graph, "cuda", self.reps)
+
+
 def measure_cell(cell, kernels, reference, timing, rounds: int, reps: int, no_graph: dict) -> dict:
     """no_graph: {kernel: why} for the kernels whose launch did not capture on this cell (the
     pre-flight's finding); they are timed eagerly."""
@@ -90,20 +111,12 @@ def measure_cell(cell, kernels, reference, timing, rounds: int, reps: int, no_gr
         if not cos >= MIN_COSINE:
             entries[k.name] = {"status": "wrong", "reason": f"cosine {cos:.6f} against torch_gather"}
             continue
-        # Each runner holds its batch: a graph replays raw addresses of the tensors it was captured on,
-        # and a batch freed when the next kernel's replaces it makes a replay read freed memory.
-        if k.name not in no_graph:
-            g = timing.capture(launch, "cuda")
-            runners[k.name] = (lambda g=g, batch=batch: timing.replay_times_us(g, "cuda", reps), "graph")
-        else:
-            flush = timing._bench_flush("cuda", timing.BENCH_FLUSH)  # the flush replay_times_us uses
-            runners[k.name] = (lambda launch=launch, batch=batch: timing.event_times_us(launch, "cuda", reps, flush),
-                               "eager")
-        entries[k.name] = {"status": "timed", "times_us": [], "mode": runners[k.name][1]}
+        runners[k.name] = TimedRunner(launch, batch, timing, reps, eager=k.name in no_graph)
+        entries[k.name] = {"status": "timed", "times_us": [], "mode": runners[k.name].mode}
         if k.name in no_graph:
             entries[k.name]["eager_because"] = no_graph[k.name]
     for _ in range(rounds):  # interleaved
-        for name, (run, _mode) in runners.items():
+        for name, run in runners.items():
             entries[name]["times_us"] += run()
     for e in entries.values():
         if e["status"] == "timed":

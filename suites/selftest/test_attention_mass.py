@@ -22,8 +22,15 @@ LONGEST = max(range(CASE.batch), key=lambda b: CASE.seq_lens[b])
 BF16_ULP_AT_1 = 2.0 ** -8  # the output is read back in the query dtype
 
 
-def test_a_correct_kernel_gives_the_exact_weights():
-    m = attention_mass.measure(tiled.TiledDecode(), CASE, "cpu", LONGEST, 0)
+# K and V in one allocation (v_cache strided): indicators must land where the kernel reads them
+COMBINED = max((c for c in build_set("parity", "interpreter") if c.combined_kv and c.window and not c.mla
+                and c.kv_dtype == "bf16"), key=lambda c: c.max_len)
+
+
+@pytest.mark.parametrize("case", [CASE, COMBINED], ids=lambda c: c.id)
+def test_a_correct_kernel_gives_the_exact_weights(case):
+    longest = max(range(case.batch), key=lambda b: case.seq_lens[b])
+    m = attention_mass.measure(tiled.TiledDecode(), case, "cpu", longest, 0)
     assert abs(m.total - 1.0) <= BF16_ULP_AT_1
     assert m.blocks and all(abs(k - r) <= BF16_ULP_AT_1 * r for _, _, k, r in m.blocks), m.blocks
 

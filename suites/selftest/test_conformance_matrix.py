@@ -125,3 +125,43 @@ def test_peer_table_leaves_out_the_cell_a_preflight_died_on(monkeypatch):
     # a launch that did not capture is timed eagerly, saying why; one that did is replayed
     assert no_graph == {"dies_in_cell": {}, "dies_before": {}, "fine": {"c1": "RuntimeError: operation not "
                                                                           "permitted when stream is capturing"}}
+
+
+def test_peer_table_runner_keeps_what_its_graph_replays_alive():
+    """A captured graph replays raw addresses: what plan() allocated and only the launch closure
+    owns (a library wrapper's workspace) must live as long as the runner, or the replay reads
+    freed memory (the s14-2 illegal address). Planted: a runner that keeps only the graph."""
+    import gc
+    import types
+    import weakref
+    m = _peer_module()
+
+    class Owned:  # stands for a wrapper's workspace buffer allocated in plan()
+        pass
+
+    def planned():
+        owned = Owned()
+        return (lambda: owned), weakref.ref(owned)
+
+    def replay(graph, device, reps):
+        return [1.0] * reps if graph.owner() is not None else pytest.fail("graph replayed on freed memory")
+
+    timing = types.SimpleNamespace(capture=lambda fn, device: types.SimpleNamespace(owner=weakref.ref(fn())),
+                                   replay_times_us=replay)
+    launch, alive = planned()
+    runner = m.TimedRunner(launch, batch=object(), timing=timing, reps=3, eager=False)
+    del launch
+    gc.collect()
+    assert alive() is not None and runner() == [1.0] * 3 and runner.mode == "graph"
+
+    class GraphOnly(m.TimedRunner):  # the planted fault: drops the launch once captured
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.launch = None
+    launch, alive = planned()
+    bad = GraphOnly(launch, batch=object(), timing=timing, reps=3, eager=False)
+    del launch
+    gc.collect()
+    assert alive() is None
+    with pytest.raises(pytest.fail.Exception, match="freed memory"):
+        bad()
