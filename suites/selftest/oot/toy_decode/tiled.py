@@ -29,7 +29,17 @@ prefill.cuh, `compute_sfm_v`; mla.cuh the same): each tile's P is cast to the qu
                    declared as the LSE tier "rounded-p"
   RowSumInFp32     the denominator summed from the unrounded P, as the CUDA-core decode does
 
-suites/selftest/test_foreign_arithmetic.py judges those two.
+  FmaRescale       the exponents as that kernel forms them (prefill.cuh, `update_mdo_states`):
+                   scores kept raw, m_scaled = fl(m * c) with c = sm_scale * log2 e, then
+                   p = exp2(s * c - m_scaled) and the tile's rescale exp2(m_prev * c - m_scaled),
+                   each compiled to one fused multiply-add: an unrounded s * c minus a rounded
+                   m * c. Where a key's score equals the running max the exponent is the
+                   product's rounding residual r, not 0 (|r| <= ulp(|s c|) / 2: 1/32 at
+                   |s c| ~ 7e5), and every tile rescales the accumulator by 2^r although the max
+                   did not move: tile t of N ends up weighted 2^(r (N - t)) against the last.
+                   One split per request, 128-key tiles (the graph form, split-KV off).
+
+suites/selftest/test_foreign_arithmetic.py judges those.
 """
 from __future__ import annotations
 
@@ -81,6 +91,33 @@ def _split(batch, q, k, v, bug, m_fixed):
     return acc, z, m
 
 
+def _fma_rescale_split(batch, q, k_stored, v, tile=128):
+    """flashinfer fa2's online softmax with fused multiply-adds in the exponents (FmaRescale):
+    scores of the stored K, its scale folded into c as flashinfer folds it into sm_scale. A
+    fused a * b - c is emulated in float64 (a float32 product is exact there), rounded once."""
+    import math
+    c = torch.tensor(batch.sm_scale * batch.k_scale * math.log2(math.e), dtype=torch.float32).double()
+    k = k_stored
+    Hkv, G = q.shape[0], q.shape[1]
+    m = torch.full((Hkv, G), float("-inf"), dtype=torch.float64)
+    z = torch.zeros((Hkv, G))
+    acc = torch.zeros((Hkv, G, v.shape[-1]))
+
+    def fma_exp2(a, m_scaled):
+        return torch.exp2((a * c - m_scaled).float())
+
+    for t0 in range(0, k.shape[0], tile):
+        s = torch.einsum("hgd,nhd->hgn", q, k[t0:t0 + tile]).double()  # fp32-exact here: raw scores
+        m_new = torch.maximum(m, s.amax(-1))
+        m_scaled = (m_new * c).float().double()  # the rounded product
+        alpha = torch.where(torch.isfinite(m), fma_exp2(m, m_scaled), torch.zeros_like(z))
+        p = fma_exp2(s, m_scaled[..., None])
+        z = z * alpha + p.sum(-1)
+        acc = acc * alpha[..., None] + torch.einsum("hgn,nhd->hgd", p, v[t0:t0 + tile])
+        m = m_new
+    return acc, z, (m * batch.sm_scale * batch.k_scale).float()  # the max in natural-log units
+
+
 def decode(batch, bug=None):
     B, Hq, Dk = batch.q.shape
     Hkv, Dv, G = batch.num_kv_heads, batch.v_head_dim, batch.group
@@ -98,7 +135,10 @@ def decode(batch, bug=None):
         n = slots.numel()
         m_fixed = _scores(batch, q, k[:TILE]).amax(-1) if n else None
         per = -(-n // SPLITS) if n else 0
-        parts = [_split(batch, q, k[i:i + per], v[i:i + per], bug, m_fixed) for i in range(0, n, per or 1)]
+        if bug == "fma_rescale":  # one split (the graph form plans no split-KV)
+            parts = [_fma_rescale_split(batch, q, k_all[slots].float(), v)] if n else []
+        else:
+            parts = [_split(batch, q, k[i:i + per], v[i:i + per], bug, m_fixed) for i in range(0, n, per or 1)]
         if batch.sinks is not None:  # the sink joins the merge as a partial with no V
             sink = batch.sinks.float().view(Hkv, G)
             parts.append((torch.zeros((Hkv, G, Dv)), torch.ones((Hkv, G)), sink))
@@ -155,3 +195,11 @@ class RowSumInFp32(TiledDecode):
     """The same with the denominator from the unrounded P (P @ V still reads the cast values)."""
     name = "toy_tiled_rowsum_in_fp32"
     bug = "rowsum_in_fp32"
+
+
+class FmaRescale(TiledDecode):
+    """flashinfer fa2's exponents, each one fused multiply-add of an unrounded s * c and a
+    rounded m * c (no soft-cap: the emulation leaves the logits transform out)."""
+    name = "toy_tiled_fma_rescale"
+    caps = dataclasses.replace(CAPS, softmax_sum=SUM_ROUNDED_P)
+    bug = "fma_rescale"
