@@ -75,6 +75,9 @@ def plant_indicators(case, batch, request: int, blocks: int) -> int:
 def measure(kernel, case, device: str, request: int, head: int, blocks: int = 64, q_scale: float = 1.0) -> Mass:
     from decode_conformance.reference import reference, visible_range
     from decode_conformance.runner import launch, plan, prepare
+    missing = kernel.caps.missing_for(case, device)
+    if missing:  # a declared skip is not the kernel's answer: say so instead of launching it
+        raise SystemExit(f"attention_mass: {kernel.name} does not declare {case.id}: {'; '.join(missing)}")
     batch = prepare(kernel, case, device)
     if q_scale != 1.0:
         batch.q.mul_(q_scale)

@@ -50,3 +50,11 @@ def test_mla_cases_are_refused():
     case = next(c for c in build_set("parity", "interpreter") if c.mla)
     with pytest.raises(SystemExit, match="MLA cases are refused"):
         attention_mass.measure(tiled.TiledDecode(), case, "cpu", 0, 0)
+
+
+def test_a_case_the_kernel_does_not_declare_is_refused_by_name():
+    import dataclasses
+    kernel = tiled.TiledDecode()
+    kernel.caps = dataclasses.replace(kernel.caps, kv_dtypes=("fp16",))
+    with pytest.raises(SystemExit, match="does not declare .*kv dtype bf16"):
+        attention_mass.measure(kernel, CASE, "cpu", LONGEST, 0)
