@@ -44,6 +44,7 @@ suites/selftest/test_foreign_arithmetic.py judges those.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -91,13 +92,11 @@ def _split(batch, q, k, v, bug, m_fixed):
     return acc, z, m
 
 
-def _fma_rescale_split(batch, q, k_stored, v, tile=128):
+def _fma_rescale_split(batch, q, k, v, tile=128):
     """flashinfer fa2's online softmax with fused multiply-adds in the exponents (FmaRescale):
     scores of the stored K, its scale folded into c as flashinfer folds it into sm_scale. A
     fused a * b - c is emulated in float64 (a float32 product is exact there), rounded once."""
-    import math
     c = torch.tensor(batch.sm_scale * batch.k_scale * math.log2(math.e), dtype=torch.float32).double()
-    k = k_stored
     Hkv, G = q.shape[0], q.shape[1]
     m = torch.full((Hkv, G), float("-inf"), dtype=torch.float64)
     z = torch.zeros((Hkv, G))
