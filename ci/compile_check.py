@@ -322,7 +322,7 @@ def _split_k_launcher(fn, **extra):
     def launch(x: Inputs, target: Target):
         tc = _import_kernels()[3]
         g = x.geometry
-        cfg = tc.gpu_config(g.dk, g.dv, g.mla, target.smem, is_hip=target.is_hip)
+        cfg = tc.gpu_config(g.dk, g.dv, g.mla, target.smem, is_hip=target.is_hip, kv_bytes=x.k.element_size())
         fn(x.q, x.k, x.v, x.indptr, x.indices, x.out, sm_scale=0.1, lse=x.lse, softcap=x.softcap, sinks=x.sinks,
            window=64, **cfg, **extra)
     return launch

@@ -115,7 +115,10 @@ def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, blo
     return counts, starts, ends
 
 
-@triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early"])
+# Runtime flags, and the per-program scalars that Triton need not specialize (triton_common)
+@triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early", "group", "heads_per_tile", "tiles_per_kv",
+                               "visible", "grid", "occupancy", "B", "stride_lb", "stride_lh", "stride_lseb",
+                               "stride_lseh"])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -167,7 +170,8 @@ def _adaptive_stage1(
     tc.allow_dependents(PDL, pdl_early == 0)
 
 
-@triton.jit(do_not_specialize=["has_sinks", "store_lse"])
+@triton.jit(do_not_specialize=["has_sinks", "store_lse", "visible", "grid", "occupancy", "B", "stride_lseb",
+                               "stride_lseh"])
 def _adaptive_stage2(
     kv_indptr, visible, grid, occupancy, B,
     Part, stride_pb, stride_ph, stride_ps,
@@ -235,8 +239,8 @@ def chunk_axis(q, k_cache, v_cache, splits: int, max_visible: Optional[int], min
         return int(splits)
     if block_n is None:
         dims = tc.head_dims(q.shape[-1], v_cache.shape[-1])
-        block_n = tc.kernel_config(q.device, q.shape[-1], v_cache.shape[-1],
-                                   tc.shares_kv(k_cache, v_cache, dims))["block_n"]
+        block_n = tc.kernel_config(q.device, q.shape[-1], v_cache.shape[-1], tc.shares_kv(k_cache, v_cache, dims),
+                                   kv_bytes=k_cache.element_size())["block_n"]
     return max(1, split_rule.chunk_count_for_cap(int(max_visible), int(splits), min_chunk, block_n))
 
 

@@ -32,12 +32,15 @@ from . import kv_layout
 from .kv_layout import MIN_DOT, cache_addressing, next_pow2, visible_arg  # noqa: F401 (visible_arg: the kernels' tc.visible_arg)
 
 MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score tile)
-# The split-K kernels keep Triton's default specialization of their int arguments (a variant per
-# value class: equal to 1, divisible by 16, other). Taking page size, group, tiling, batch, window
-# and flags as plain runtime values cut the main job's compiled variants from 515 to 393 on the
-# H200 but made the split-K kernels 10-69 % slower on every cell of the kernel table there
-# (triton 3.6; docs/gpu-runs/2026-12-01-h200/close8), so only Lean, whose speed did not move,
-# leaves its batch and window unspecialized.
+# Which int arguments of the split-K kernels Triton may specialize (a variant per value class:
+# equal to 1, divisible by 16, other). Those that feed the per-key address math (page size,
+# strides of q, K, V, out and of the partials stage 2 reads) keep it: unspecialized there, the
+# kernels ran 10-69 % slower on the H200 (close 8, docs/gpu-runs/2026-12-01-h200/). The rest
+# are per-program scalars: the window, the chunk budget and occupancy, the batch, the head
+# tiling, and the strides of the per-row LSE stores. Specialized, each value class the parity
+# set meets was another compile of the same code: 212 variants of adaptive stage 1 in a cold
+# main job, 92 without (s16, docs/gpu-runs/2026-12-02-h200-s16/), at the same speed. Each
+# kernel lists its own in `triton.jit(do_not_specialize=...)`.
 STAGE2_TILE_ELEMS = 8192  # FlashML PR #729: a stage-2 tile holds at most 8192 fp32 elements
 # ... and at most 128 partials: a batch of one merges its 82-128 partials in one round of loads
 # when its columns are sliced to <= 64 (the PR's 64 took two dependent rounds). H200
@@ -491,23 +494,42 @@ def stage2_slices(rows: int, block_dv: int, device) -> int:
 # on an H200 (triton 3.6, bf16, CUDA-graph replay): a 3-deep key pipeline is what makes few
 # programs per SM fast (16/2/256 at 1 x 128k: 229 us with 32/4/2, 101 us with 64/8/3; 32/8/128
 # at 4 x 128k: 1041 -> 558 us with 64/4/3). The first that fits the device's shared memory wins.
+# MLA 576 (s16 probe, docs/gpu-runs/2026-12-02-h200-s16/): 64 keys in 2 stages against 32 in 3,
+# 128 x 576/512 bf16 b8-32k 329 against 448 us, b1-16k 43 against 49, b32-8k 344 against 461,
+# b8-4k 63 against 76, e4m3 b8-32k 474 against 667.
 GPU_CONFIGS = {
     "small": ((64, 4, 3), (64, 4, 2), (32, 4, 2), (16, 4, 1)),  # Dk <= 128
     "medium": ((64, 8, 3), (32, 4, 3), (32, 4, 2), (16, 4, 1)),  # Dk <= 320 (256, MLA 288)
-    "large": ((32, 8, 3), (32, 4, 2), (16, 4, 2), (16, 4, 1)),  # MLA 576
+    "large": ((64, 8, 2), (32, 8, 3), (32, 4, 2), (16, 4, 1)),  # MLA 576
 }
+# An fp8 cache (1-byte K/V) keeps as many key bytes in flight as a 16-bit one: twice the stages
+# of a configuration of the small class. s16 probe, 32/8/128 e4m3, 64 keys x 6 stages against 3:
+# b4-32k 144 against 194 us, b1-128k 139 against 187, b32-8k 281 against 346, b1-4k 17.5 against
+# 16.0 (the one loss: fewer keys than the pipeline's depth per program). Not doubled for the
+# medium and large classes: 16/2/256 e4m3 b1-32k ran 35.7 with 64/8/6 against 35.9 with 64/8/3,
+# and MLA e4m3 ran 479 with 64/8/3 against 474 with 64/8/2.
+FP8_STAGE_FACTOR = {"small": 2, "medium": 1, "large": 1}
 HIP_MAX_STAGES = 2  # AMD's stream pipeliner: keep to its default depth
 SMEM_SLACK = 16384  # layout-conversion scratch the compiler adds on top of the K/V buffers
 
 
-def gpu_config(dk: int, dv: int, share_kv: bool, max_smem: int, is_hip: bool = False) -> dict:
+def config_class(dk: int) -> str:
+    return "small" if dk <= 128 else "medium" if dk <= 320 else "large"
+
+
+def gpu_config(dk: int, dv: int, share_kv: bool, max_smem: int, is_hip: bool = False, kv_bytes: int = 2) -> dict:
     """BLOCK_N / num_warps / num_stages for a GPU with `max_smem` bytes of shared memory per
-    program: the first preferred config whose K/V stage buffers (2-byte elements) fit."""
-    table = GPU_CONFIGS["small" if dk <= 128 else "medium" if dk <= 320 else "large"]
+    program: the first preferred config whose K/V stage buffers (`kv_bytes` per element: 2, or
+    1 for an fp8 cache, which deepens the pipeline per FP8_STAGE_FACTOR) fit."""
+    if kv_bytes not in (1, 2):
+        raise ValueError(f"kv_bytes: expected 1 (fp8) or 2 (bf16 / fp16), got {kv_bytes!r}")
+    cls = config_class(dk)
+    table = GPU_CONFIGS[cls]
     width = dk + (0 if share_kv else dv)
     for bn, warps, stages in table:
+        stages *= FP8_STAGE_FACTOR[cls] if kv_bytes == 1 else 1
         stages = min(stages, HIP_MAX_STAGES) if is_hip else stages
-        if stages * bn * width * 2 + SMEM_SLACK <= max_smem:
+        if stages * bn * width * kv_bytes + SMEM_SLACK <= max_smem:
             return dict(block_n=bn, num_warps=warps, num_stages=stages)
     bn, warps, _ = table[-1]
     return dict(block_n=bn, num_warps=warps, num_stages=1)
@@ -530,14 +552,15 @@ def device_max_smem(device) -> int:
     return _SMEM_CACHE[idx]
 
 
-def kernel_config(device, dk: int, dv: int, share_kv: bool) -> dict:
+def kernel_config(device, dk: int, dv: int, share_kv: bool, kv_bytes: int = 2) -> dict:
     """Launch configuration for `device`: on the CPU interpreter 64 keys per step (about 3 ms
     per program x step, so fewer, larger steps) and no pipelining; on a GPU `gpu_config`."""
     import torch
     device = torch.device(device)
     if device.type == "cpu":
         return dict(block_n=64, num_warps=4, num_stages=1)
-    return gpu_config(dk, dv, share_kv, device_max_smem(device), is_hip=torch.version.hip is not None)
+    return gpu_config(dk, dv, share_kv, device_max_smem(device), is_hip=torch.version.hip is not None,
+                      kv_bytes=kv_bytes)
 
 
 def check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks):
@@ -577,7 +600,7 @@ def split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages):
     share_kv = shares_kv(k_cache, v_cache, dims)
     k_arg, e4m3_bits = kv_operand(k_cache)
     v_arg, _ = kv_operand(v_cache)
-    cfg = kernel_config(q.device, Dk, Dv, share_kv)
+    cfg = kernel_config(q.device, Dk, Dv, share_kv, kv_bytes=k_arg.element_size())
     default_block_n = cfg.pop("block_n")
     if num_warps:
         cfg["num_warps"] = num_warps
