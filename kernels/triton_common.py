@@ -33,14 +33,15 @@ from .kv_layout import MIN_DOT, cache_addressing, next_pow2, visible_arg  # noqa
 
 MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score tile)
 # Which int arguments of the split-K kernels Triton may specialize (a variant per value class:
-# equal to 1, divisible by 16, other). Those that feed the per-key address math (page size,
-# strides of q, K, V, out and of the partials stage 2 reads) keep it: unspecialized there, the
-# kernels ran 10-69 % slower on the H200 (close 8, docs/gpu-runs/2026-12-01-h200/). The rest
-# are per-program scalars: the window, the chunk budget and occupancy, the batch, the head
-# tiling, and the strides of the per-row LSE stores. Specialized, each value class the parity
-# set meets was another compile of the same code: 212 variants of adaptive stage 1 in a cold
-# main job, 92 without (s16, docs/gpu-runs/2026-12-02-h200-s16/), at the same speed. Each
-# kernel lists its own in `triton.jit(do_not_specialize=...)`.
+# equal to 1, divisible by 16, other). Four per-launch scalars do not: the window, the chunk
+# budget and occupancy, and the batch (fixed split: the window and the split count). They only
+# bound loops and pick chunks, once per program; specialized, each value class the parity set
+# meets was another compile of the same code. H200, s16 (docs/gpu-runs/2026-12-02-h200-s16/):
+# adaptive stage 1 212 -> 167 variants in a cold main job, the same speed on the 4 cells timed.
+# The rest stay specialized, measured twice: page size, group, tiling, batch and window
+# unspecialized made the split-K kernels 10-69 % slower (close 8, docs/gpu-runs/2026-12-01-h200/);
+# the head tiling (group, heads per tile, tiles per KV head) and the LSE strides unspecialized
+# on top of the four scalars, 92 variants but 27 % slower at 32/8/128 1 x 128k (s16).
 STAGE2_TILE_ELEMS = 8192  # FlashML PR #729: a stage-2 tile holds at most 8192 fp32 elements
 # ... and at most 128 partials: a batch of one merges its 82-128 partials in one round of loads
 # when its columns are sliced to <= 64 (the PR's 64 took two dependent rounds). H200
