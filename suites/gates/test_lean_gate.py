@@ -78,7 +78,7 @@ def test_table_validation(bad, match):
 
 
 # ----- the ragged rule (sm_90 row: batch >= 8; GQA with >= 4 head tiles and longest >= 1.2 x
-# average; MLA with longest >= 1.2 x average too) ------------------------------------------------
+# average; MLA off since split-K's MLA launch change) ------------------------------------------
 @pytest.mark.parametrize("batch, hq, group, avg, longest, on", [
     (16, 32, 4, 10000, 13000, True),  # 1.3x ragged, 8 tiles
     (16, 32, 4, 10000, 11000, False),  # 1.1x: uniform enough, split-K
@@ -87,14 +87,26 @@ def test_table_validation(bad, match):
     (8, 28, 7, 10000, 12000, True),  # 4 tiles, exactly 1.2x
     (16, 8, 4, 10000, 13000, False),  # 2 tiles: not measured, never on
     (16, 32, 4, 4000, 8000, False),  # average under the 4096 floor
-    (16, 128, 128, 10000, 11000, False),  # MLA (group 128 below): 1.1x is under its ratio, 1.2
-    (16, 128, 128, 10000, 13000, True),  # MLA at 1.3x
-    (4, 128, 128, 10000, 16000, False),  # MLA below batch 8
-    (16, 128, 128, 4000, 8000, False),  # MLA average under its 4096 floor
+    (16, 128, 128, 10000, 13000, False),  # MLA (group 128) at 1.3x: off on sm_90 (its ratio 0)
+    (32, 128, 128, 10000, 30000, False),  # MLA at 3x: off
 ])
 def test_sm90_ragged_rule(batch, hq, group, avg, longest, on):
     mla = group == 128
     assert lean_gate.eager_gate(batch, batch * avg, hq, group, mla, "sm_90", max_len=longest) is on
+
+
+# The MLA ragged rule itself, on a table that turns it on (mla_ragged_ratio 1.2)
+@pytest.mark.parametrize("batch, avg, longest, on", [
+    (16, 10000, 11000, False),  # 1.1x is under the ratio
+    (16, 10000, 13000, True),  # 1.3x
+    (4, 10000, 16000, False),  # batch under ragged_min_batch (8)
+    (16, 4000, 8000, False),  # average under the 4096 floor
+])
+def test_mla_ragged_rule(batch, avg, longest, on):
+    table = {"default": _row_dict(enabled=False),
+             "x": _row_dict(ragged_min_batch=8, ragged_ratio=1.2, mla_ragged_ratio=1.2,
+                            mla_min_batch=2147483647)}
+    assert lean_gate.eager_gate(batch, batch * avg, 128, 128, True, "x", table, max_len=longest) is on
 
 
 @pytest.mark.parametrize("cls", UPSTREAM_CLASSES)

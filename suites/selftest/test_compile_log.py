@@ -1,0 +1,59 @@
+"""benchmarks/compile_log.py: the record of one compile as Triton's JIT hooks hand it over, and the
+summary's counts, on records written by hand."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import compile_log  # noqa: E402
+
+# What Triton 3.6's JITFunction._call_hook passes as `compile` (keys it fills), for a kernel
+# (Q, n, B): Q a bf16 pointer divisible by 16, n an int specialized to 1, B a constexpr.
+COMPILE = {"key": "k", "signature": {"Q": "*bf16", "n": "i32", "B": "constexpr"},
+           "constants": {(1,): 1, (2,): 64}, "configs": [{(0,): [["tt.divisibility", 16]]}],
+           "num_warps": 4, "num_stages": 3}
+
+
+def test_variant_names_each_argument_by_its_specialization():
+    assert compile_log.variant(["Q", "n", "B"], COMPILE) == {
+        "Q": "*bf16 divisibility16", "n": "i32=1", "B": "constexpr=64", "launch": "warps=4 stages=3"}
+
+
+def _rec(proc, kernel, variant, seconds, t0=10.0):
+    return {"proc": proc, "born": 0.0, "kind": "kernel", "kernel": kernel, "t0": t0, "seconds": seconds,
+            "variant": variant}
+
+
+def test_summary_counts_variants_real_compiles_and_repeats(tmp_path):
+    a = {"n": "i32", "launch": "warps=4 stages=3"}
+    b = {"n": "i32=1", "launch": "warps=4 stages=3"}
+    rows = [_rec("gw0-1", "stage1", a, 2.0), _rec("gw1-2", "stage1", a, 1.5), _rec("gw1-2", "stage1", b, 0.01)]
+    (tmp_path / "x.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    text = compile_log.summarize(tmp_path, real=0.25)
+    # 3 events, 2 variants, 2 real compiles (the 0.01 s one was a disk-cache hit), 1 variant
+    # compiled in two processes, 3.51 s
+    assert "| stage1 | 3 | 2 | 2 | 1 | 3.5 |" in text
+    assert "n {'i32': 1, 'i32=1': 1}" in text
+    assert "2 over 0.25 s (real compiles)" in text
+
+
+def test_install_records_what_the_hooks_receive(tmp_path, monkeypatch):
+    from triton import knobs
+    monkeypatch.setattr(knobs.runtime, "jit_cache_hook", None)
+    monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", None)
+    compile_log.install(str(tmp_path))
+
+    class Fn:  # triton's JitFunctionInfo: module, name, jit_function
+        name = "stage1"
+        jit_function = type("J", (), {"arg_names": ["Q", "n", "B"]})()
+
+    hook_kwargs = dict(key="k", repr="stage1[...]", fn=Fn(), compile=COMPILE, is_manual_warmup=False,
+                       already_compiled=False)
+    assert knobs.runtime.jit_cache_hook(**hook_kwargs) is False  # never skips the compile
+    knobs.runtime.jit_post_compile_hook(**hook_kwargs)
+    (log,) = tmp_path.glob("*.jsonl")
+    (rec,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert rec["kernel"] == "stage1" and rec["kind"] == "kernel" and rec["seconds"] >= 0
+    assert rec["variant"]["n"] == "i32=1"

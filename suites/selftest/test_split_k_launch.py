@@ -1,0 +1,63 @@
+"""The split-K kernels' launch configuration (kernels/triton_common.py `gpu_config`) and which int
+arguments they leave unspecialized: the choices the H200 measurements in the comments there
+stand behind (docs/gpu-runs/2026-12-02-h200-s16/)."""
+from __future__ import annotations
+
+import pytest
+
+from decode_conformance_kernels import adaptive_split, fixed_split
+from decode_conformance_kernels import triton_common as tc
+
+H200_SMEM = 232448  # bytes of shared memory a program may use on sm_90
+SM120_SMEM = 101376
+
+
+def test_fp8_small_class_keeps_the_key_bytes_in_flight():
+    bf16 = tc.gpu_config(128, 128, False, H200_SMEM)
+    fp8 = tc.gpu_config(128, 128, False, H200_SMEM, kv_bytes=1)
+    assert (bf16["block_n"], bf16["num_stages"]) == (64, 3)
+    assert (fp8["block_n"], fp8["num_stages"]) == (64, 6)  # 6 x 64 x 256 x 1 byte = 3 x 64 x 256 x 2
+
+
+def test_fp8_falls_back_by_bytes_not_by_stage_count():
+    # 6 x 64 x 256 + 16 KiB slack = 112 KiB > 99 KiB: the next row, 64 keys x 2 stages, doubled
+    assert tc.gpu_config(128, 128, False, SM120_SMEM, kv_bytes=1) == dict(block_n=64, num_warps=4, num_stages=4)
+
+
+def test_fp8_stages_not_doubled_where_not_measured_faster():
+    for dk, dv, share in ((256, 256, False), (576, 512, True)):
+        assert tc.gpu_config(dk, dv, share, H200_SMEM, kv_bytes=1) == tc.gpu_config(dk, dv, share, H200_SMEM)
+
+
+def test_hip_keeps_its_pipeliner_depth_for_fp8():
+    assert tc.gpu_config(128, 128, False, H200_SMEM, is_hip=True, kv_bytes=1)["num_stages"] == tc.HIP_MAX_STAGES
+
+
+def test_mla_576_takes_64_keys_in_two_stages():
+    assert tc.gpu_config(576, 512, True, H200_SMEM) == dict(block_n=64, num_warps=8, num_stages=2)
+
+
+def test_kv_bytes_is_checked():
+    with pytest.raises(ValueError, match="kv_bytes"):
+        tc.gpu_config(128, 128, False, H200_SMEM, kv_bytes=4)
+
+
+# Unspecialized on the H200 at the same speed: the per-launch scalars and runtime flags. The
+# head tiling and the LSE strides, unspecialized too, made 1 x 128k 27 % slower (s16-3), and
+# the page size and strides 10-69 % (close 8): they must stay specialized.
+UNSPECIALIZED = {
+    "_adaptive_stage1": {"has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B"},
+    "_adaptive_stage2": {"has_sinks", "store_lse", "visible", "grid", "occupancy", "B"},
+    "_fixed_stage1": {"visible", "num_splits"},
+    "_fixed_stage2": {"has_sinks", "store_lse", "visible", "num_splits"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNSPECIALIZED))
+def test_only_per_launch_scalars_are_unspecialized(name):
+    module = adaptive_split if name.startswith("_adaptive") else fixed_split
+    kernel = getattr(module, name)
+    listed = getattr(kernel, "do_not_specialize", None)
+    if listed is None:  # the CPU interpreter's wrapper keeps the decorator's arguments in kwargs
+        listed = kernel.kwargs.get("do_not_specialize", [])
+    assert set(listed) == UNSPECIALIZED[name]
