@@ -15,6 +15,8 @@ torch_gather's (our float32 torch implementation) on the same inputs: a kernel t
 on the cell is reported, not timed. A kernel that does not declare the cell's shape, or whose
 library is absent, gets the skip reason. Writes DIR/peer_table.json and DIR/peer_table.md.
 
+The last row, `sdpa_dense`, is not a peer: torch SDPA on dense copies of the keys made before
+timing (`SdpaDense`), the floor without paging cost, on the 16-bit cells without MLA.
 Before the timing process launches anything, each kernel meets every cell once in a process of
 its own (`--preflight NAME`, a few at a time): a launch that kills its CUDA context (an
 illegal address) would otherwise take the whole table down with it. The child writes one
@@ -39,6 +41,7 @@ SHIPPED = ("dispatch", "adaptive_split", "lean", "fixed_split")
 ADAPTERS = ("flashinfer_decode", "flashinfer_decode_tc", "flashinfer_decode_tc_graph",
             "flashinfer_mla", "flashinfer_mla_fa3", "vllm_unified_2d", "vllm_unified_3d", "sglang_decode",
             "torch_flex", "torch_sdpa")
+DENSE_FLOOR = "sdpa_dense"  # not a paged peer: the floor row (SdpaDense)
 BASELINE = "dispatch"
 MIN_COSINE = 0.999  # far below any correct bf16 kernel (~0.99999), far above a wrong one
 ANY_CELL = "*"  # a pre-flight that died outside a cell's launch: the kernel is left out of every cell
@@ -52,8 +55,58 @@ def perf_api():
 
 
 def _load(name):
+    if name == DENSE_FLOOR:
+        return SdpaDense()
     from decode_conformance.kernel_api import load_kernel
     return load_kernel(f"decode_conformance_kernels.registry:{name}")
+
+
+class SdpaDense:
+    """torch SDPA on a dense, contiguous copy of each request's keys, copied at plan time (not
+    timed): attention without the cost of paging, the floor the speed issue compares with at
+    >= 8k keys. One batched call when the requests are equally long, else one per request. Not
+    a paged kernel (the registry's `torch_sdpa` gathers inside its launch): a reference row.
+    16-bit caches only (an fp8 cache copied to 16 bits would read twice its bytes), no MLA."""
+
+    name = DENSE_FLOOR
+    library_version = None
+
+    def __init__(self):
+        from decode_conformance.kernel_api import Capabilities
+        self.caps = Capabilities(kv_dtypes=frozenset({"bf16", "fp16"}), window_convention=None, mla=False,
+                                 softcap=False, sinks=False, lse=False)
+
+    def plan(self, batch):
+        import torch
+        import torch.nn.functional as F
+        k_slots, v_slots = batch.k_slots(), batch.v_slots()
+        lens, indptr = batch.seq_lens_host, batch.kv_indptr.tolist()
+
+        def dense(slots_of, b):
+            slots = batch.kv_indices[indptr[b]:indptr[b + 1]].long()
+            return slots_of[slots].transpose(0, 1).contiguous()  # [Hkv, L, D]
+
+        live = [b for b, L in enumerate(lens) if L > 0]
+        if len(set(lens)) == 1 and live:
+            k = torch.stack([dense(k_slots, b) for b in live])
+            v = torch.stack([dense(v_slots, b) for b in live])
+            q = batch.q[:, :, None, :]
+
+            def launch():
+                o = F.scaled_dot_product_attention(q, k, v, scale=batch.sm_scale, enable_gqa=True)
+                batch.out.copy_(o[:, :, 0])
+            return launch
+        kv = {b: (dense(k_slots, b), dense(v_slots, b)) for b in live}
+
+        def launch():
+            for b, L in enumerate(lens):
+                if b not in kv:
+                    batch.out[b].zero_()
+                    continue
+                o = F.scaled_dot_product_attention(batch.q[b][:, None, :], *kv[b], scale=batch.sm_scale,
+                                                   enable_gqa=True)
+                batch.out[b] = o[:, 0]
+        return launch
 
 
 def _cosine(a, b) -> float:
@@ -197,7 +250,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         ap.error("--out: the peer table times kernels on a GPU; none is visible here")
     timing, load_cells, bytes_moved = perf_api()
-    names = a.kernel or list(SHIPPED + ADAPTERS)
+    names = a.kernel or list(SHIPPED + ADAPTERS + (DENSE_FLOOR,))
     kernels = [_load(n) for n in names]
     crashed, no_graph = crashed_cells([k.name for k in kernels if not k.caps.unavailable], a.preflight_jobs)
     for name, cells in crashed.items():

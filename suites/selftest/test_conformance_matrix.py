@@ -165,3 +165,43 @@ def test_peer_table_runner_keeps_what_its_graph_replays_alive():
     assert alive() is None
     with pytest.raises(pytest.fail.Exception, match="freed memory"):
         bad()
+
+
+@pytest.mark.parametrize("lens", [(300, 300), (300, 0, 129)], ids=["uniform", "ragged-with-empty"])
+def test_peer_table_dense_sdpa_floor_matches_the_reference(lens):
+    """The floor row (SDPA on dense copies made at plan time) computes attention: against our
+    float32 torch kernel on the same batch, uniform (one batched call) and ragged (per request,
+    an empty request zeroed). Planted: the dense copy taken in page order, not token order."""
+    from decode_conformance.cases import Case
+    from decode_conformance.runner import prepare
+    from decode_conformance_kernels import registry
+    m = _peer_module()
+    case = Case(kv_dtype="bf16", num_q_heads=8, num_kv_heads=2, head_dim=64, seq_lens=lens, layout="paged",
+                page_size=16, seed=3)
+    ref = prepare(registry.torch_gather(), case, "cpu")
+    registry.torch_gather().plan(ref)()
+    floor = m.SdpaDense()
+    assert not floor.caps.missing_for(case, "cpu")
+    batch = prepare(floor, case, "cpu")
+    floor.plan(batch)()
+    assert m._cosine(batch.out, ref.out) > 0.9999
+    if lens[1] == 0:
+        assert bool((batch.out[1] == 0).all())
+
+    class PageOrder(m.SdpaDense):  # planted: keys in slot order instead of the request's token order
+        def plan(self, b):
+            b.kv_indices.copy_(b.kv_indices.sort().values)
+            return super().plan(b)
+    bad = prepare(PageOrder(), case, "cpu")
+    PageOrder().plan(bad)()
+    assert m._cosine(bad.out, ref.out) < 0.9999
+
+
+def test_peer_table_dense_floor_declines_fp8_and_mla():
+    from decode_conformance.cases import Case
+    m = _peer_module()
+    fp8 = Case(kv_dtype="e4m3", num_q_heads=8, num_kv_heads=2, head_dim=64, seq_lens=(64,), layout="paged",
+               page_size=16, seed=1)
+    mla = Case(kv_dtype="bf16", num_q_heads=8, num_kv_heads=1, head_dim=576, v_head_dim=512, mla=True,
+               seq_lens=(64,), layout="paged", page_size=16, seed=1)
+    assert m.SdpaDense().caps.missing_for(fp8, "cuda") and m.SdpaDense().caps.missing_for(mla, "cuda")
