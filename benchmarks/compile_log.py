@@ -5,8 +5,8 @@ and its summary.
     python benchmarks/compile_log.py /tmp/clog          # the summary
 
 `benchmarks/compile_log_site/sitecustomize.py` calls `install()` at the start of every Python
-process that has DC_COMPILE_LOG set: the pytest workers and the kernel processes the suite's
-crash isolation spawns (where the kernels are compiled and run). It hangs on Triton's JIT hooks
+process that has DC_COMPILE_LOG set: the pytest workers and any kernel process the suite's
+crash isolation spawns. It hangs on Triton's JIT hooks
 (`triton.knobs.runtime.jit_cache_hook` before a compile, `jit_post_compile_hook` after) and on
 the C builds of Triton's host-side modules (`compile_module_from_src`: the driver utilities and
 one launcher per distinct kernel signature, built with the host C compiler), and writes one
@@ -102,6 +102,9 @@ def _vkey(r) -> str:
 
 
 def summarize(log_dir: pathlib.Path, real: float) -> str:
+    def is_real(r) -> bool:  # slower than a disk-cache hit
+        return (r["seconds"] or 0) > real
+
     rows = [json.loads(line) for f in sorted(log_dir.glob("*.jsonl")) for line in f.read_text().splitlines() if line]
     if not rows:
         return f"no compile records under {log_dir}"
@@ -110,17 +113,15 @@ def summarize(log_dir: pathlib.Path, real: float) -> str:
         by_kernel[r["kernel"]].append(r)
     kinds = collections.Counter(r.get("kind", "kernel") for r in rows)
     lines = [f"{len(rows)} compile events ({dict(kinds)}) in {len({r['proc'] for r in rows})} processes; "
-             f"{sum(1 for r in rows if (r['seconds'] or 0) > real)} over {real} s (real compiles), "
+             f"{sum(map(is_real, rows))} over {real} s (real compiles), "
              f"{sum(r['seconds'] or 0 for r in rows):.1f} s in all", "",
              "| kernel | events | variants | real compiles | variants compiled in >1 process | seconds |",
              "|---|---|---|---|---|---|"]
     for name, rs in sorted(by_kernel.items(), key=lambda kv: -sum(r["seconds"] or 0 for r in kv[1])):
         variants = collections.defaultdict(set)
-        for r in rs:
-            if (r["seconds"] or 0) > real:
-                variants[_vkey(r)].add(r["proc"])
-        lines.append(f"| {name} | {len(rs)} | {len({_vkey(r) for r in rs})} | "
-                     f"{sum(1 for r in rs if (r['seconds'] or 0) > real)} | "
+        for r in filter(is_real, rs):
+            variants[_vkey(r)].add(r["proc"])
+        lines.append(f"| {name} | {len(rs)} | {len({_vkey(r) for r in rs})} | {sum(map(is_real, rs))} | "
                      f"{sum(1 for w in variants.values() if len(w) > 1)} | {sum(r['seconds'] or 0 for r in rs):.1f} |")
     lines += ["", "Arguments whose specialization differs between a kernel's variants (value: variants):"]
     for name, rs in sorted(by_kernel.items()):

@@ -20,7 +20,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -33,7 +32,7 @@ from decode_conformance.cases import Case  # noqa: E402
 from decode_conformance.metrics import cosine  # noqa: E402
 from decode_conformance.runner import prepare  # noqa: E402
 from decode_conformance_kernels import registry  # noqa: E402
-from sweep import add_flush_option, shared_batch, time_on_batch  # noqa: E402
+from sweep import add_flush_option, dense_sdpa, shared_batch, time_on_batch  # noqa: E402
 
 K = 1024
 RAGGED16 = (1600, 65536, 4096, 32768, 2048, 48000, 8192, 16384, 24576, 1700, 40000, 60000, 12000, 30000, 57000, 28144)
@@ -50,24 +49,6 @@ def _case(shape, lens, seed=7) -> Case:
     hq, hkv, d = shape
     return Case(kv_dtype="bf16", num_q_heads=hq, num_kv_heads=hkv, head_dim=d, seq_lens=tuple(lens),
                 layout="paged", page_size=16, seed=seed)
-
-
-def _sdpa(case, batch):
-    """SDPA per request on dense contiguous K/V (a padded batch would read more than the floor)."""
-    outs, qs, ks, vs = [], [], [], []
-    start = 0
-    for b, L in enumerate(case.seq_lens):
-        sl = batch.kv_indices[start:start + L].long()
-        start += L
-        ks.append(batch.k_slots()[sl].transpose(0, 1).contiguous()[None])
-        vs.append(batch.v_slots()[sl].transpose(0, 1).contiguous()[None])
-        qs.append(batch.q[b:b + 1, :, None, :].contiguous())
-        outs.append(torch.empty((1, case.num_q_heads, 1, case.v_head_dim), dtype=batch.q.dtype, device="cuda"))
-
-    def launch():
-        for q, k, v, o in zip(qs, ks, vs, outs):
-            o.copy_(F.scaled_dot_product_attention(q, k, v, scale=case.sm_scale, enable_gqa=True))
-    return launch, lambda: torch.cat([o[:, :, 0] for o in outs])
 
 
 def _floor_us(case, tbs):
@@ -92,10 +73,10 @@ def table(reps, tbs, deadline):
         for name in KERNELS:
             try:
                 if ref_launch is None:
-                    ref_launch, ref_get = _sdpa(case, batch)
+                    # per request on dense copies, as the table's SDPA column always was
+                    ref_launch, ref_out = dense_sdpa(batch, batched=False)
                     row["sdpa_us"] = timing.graph_median_us(ref_launch, "cuda", reps=reps)
                     ref_launch()
-                    ref_out = ref_get()
                 us, out = time_on_batch(name, batch, reps)
                 row[f"{name}_us"] = us
                 row[f"{name}_cos"] = cosine(out.float(), ref_out.float())
@@ -133,9 +114,8 @@ def tune(reps, tbs, deadline):
         case = _case(shape, lens)
         kernel = registry.adaptive_split()
         batch = prepare(kernel, case, "cuda")
-        ref_launch, ref_get = _sdpa(case, batch)
+        ref_launch, ref = dense_sdpa(batch, batched=False)
         ref_launch()
-        ref = ref_get()
         base_S = plan_splits(case.batch, *shape[:2], device="cuda")[0]
         for (bn, warps, stages) in TUNE_CONFIGS:
             for S in TUNE_SPLITS:

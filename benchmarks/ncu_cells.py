@@ -24,7 +24,7 @@ _paths.alias_checkout()
 
 from decode_conformance.batch import Workspace  # noqa: E402
 from decode_conformance_kernels import registry  # noqa: E402
-from sweep import _case, _sdpa_dense, shared_batch  # noqa: E402
+from sweep import _case, dense_sdpa, shared_batch  # noqa: E402
 
 K = 1024
 CELLS = [((32, 8, 128), 1, 128 * K), ((16, 2, 256), 1, 128 * K), ((32, 8, 128), 16, 16 * K)]
@@ -36,7 +36,7 @@ def main():
         batch = shared_batch(case)
         batch.workspace = Workspace(batch.device)
         launch = registry.adaptive_split().plan(batch)
-        sdpa, _ = _sdpa_dense(case, batch)
+        sdpa, _ = dense_sdpa(batch, batched=True)
         for name, fn in (("adaptive", launch), ("sdpa", sdpa)):
             for i in range(2):
                 print(f"launch: {'/'.join(map(str, shape))} {bsz}x{ctx} {name} #{i}", flush=True)

@@ -77,36 +77,8 @@ class SdpaDense:
                                  softcap=False, sinks=False, lse=False)
 
     def plan(self, batch):
-        import torch
-        import torch.nn.functional as F
-        k_slots, v_slots = batch.k_slots(), batch.v_slots()
-        lens, indptr = batch.seq_lens_host, batch.kv_indptr.tolist()
-
-        def dense(slots_of, b):
-            slots = batch.kv_indices[indptr[b]:indptr[b + 1]].long()
-            return slots_of[slots].transpose(0, 1).contiguous()  # [Hkv, L, D]
-
-        live = [b for b, L in enumerate(lens) if L > 0]
-        if len(set(lens)) == 1 and live:
-            k = torch.stack([dense(k_slots, b) for b in live])
-            v = torch.stack([dense(v_slots, b) for b in live])
-            q = batch.q[:, :, None, :]
-
-            def launch():
-                o = F.scaled_dot_product_attention(q, k, v, scale=batch.sm_scale, enable_gqa=True)
-                batch.out.copy_(o[:, :, 0])
-            return launch
-        kv = {b: (dense(k_slots, b), dense(v_slots, b)) for b in live}
-
-        def launch():
-            for b, L in enumerate(lens):
-                if b not in kv:
-                    batch.out[b].zero_()
-                    continue
-                o = F.scaled_dot_product_attention(batch.q[b][:, None, :], *kv[b], scale=batch.sm_scale,
-                                                   enable_gqa=True)
-                batch.out[b] = o[:, 0]
-        return launch
+        from benchmarks.sweep import dense_sdpa
+        return dense_sdpa(batch, batch.out)[0]
 
 
 def _cosine(a, b) -> float:

@@ -205,3 +205,28 @@ def test_peer_table_dense_floor_declines_fp8_and_mla():
     mla = Case(kv_dtype="bf16", num_q_heads=8, num_kv_heads=1, head_dim=576, v_head_dim=512, mla=True,
                seq_lens=(64,), layout="paged", page_size=16, seed=1)
     assert m.SdpaDense().caps.missing_for(fp8, "cuda") and m.SdpaDense().caps.missing_for(mla, "cuda")
+
+
+def test_dense_sdpa_per_request_and_batched_agree_and_batched_needs_one_length():
+    """benchmarks/sweep.py dense_sdpa, the floor every benchmark times: its two forms compute the
+    same attention; asking for one batched call over unequal requests is refused by name."""
+    import importlib
+    import sys
+    sys.path.insert(0, str(ROOT))
+    from decode_conformance.cases import Case
+    from decode_conformance.runner import prepare
+    from decode_conformance_kernels import registry
+    sweep = importlib.import_module("benchmarks.sweep")
+    m = _peer_module()
+    case = Case(kv_dtype="bf16", num_q_heads=8, num_kv_heads=2, head_dim=64, seq_lens=(200, 200), layout="paged",
+                page_size=16, seed=5)
+    batch = prepare(registry.torch_gather(), case, "cpu")
+    one, out_one = sweep.dense_sdpa(batch, batched=True)
+    each, out_each = sweep.dense_sdpa(batch, batched=False)
+    one()
+    each()
+    assert m._cosine(out_one, out_each) > 0.99999
+    ragged = prepare(registry.torch_gather(), Case(kv_dtype="bf16", num_q_heads=8, num_kv_heads=2, head_dim=64,
+                                                   seq_lens=(200, 17), layout="paged", page_size=16, seed=5), "cpu")
+    with pytest.raises(ValueError, match="batched needs requests of one length"):
+        sweep.dense_sdpa(ragged, batched=True)
