@@ -1,5 +1,5 @@
-"""The kernels' speed on the cells their speed targets are stated on (batch 1 and 4 at 4k-128k keys,
-a ragged batch of 16), side by side, in one harness: CUDA-graph replay
+"""The kernels' speed on the bf16 cells their speed targets are stated on (the peer table's cells:
+batch 1 to 64, 2k to 128k keys, ragged batches), side by side, in one harness: CUDA-graph replay
 of one launch, the L2 flushed (a 256 MB read; --flush zero: a memset) before every replay, events around the replay
 alone, median of repeats (decode_conformance.perf.timing). bf16, paged KV (16-key pages, shuffled),
 torch SDPA on a dense contiguous copy as the peer.
@@ -28,46 +28,31 @@ from decode_conformance import _paths  # noqa: E402
 _paths.alias_checkout()
 
 from decode_conformance.perf import timing  # noqa: E402
-from decode_conformance.cases import Case  # noqa: E402
 from decode_conformance.metrics import cosine  # noqa: E402
 from decode_conformance.runner import prepare  # noqa: E402
 from decode_conformance_kernels import registry  # noqa: E402
-from sweep import add_flush_option, dense_sdpa, shared_batch, time_on_batch  # noqa: E402
+from sweep import add_flush_option, dense_sdpa, shared_batch, target_cells, time_on_batch  # noqa: E402
 
-K = 1024
-RAGGED16 = (1600, 65536, 4096, 32768, 2048, 48000, 8192, 16384, 24576, 1700, 40000, 60000, 12000, 30000, 57000, 28144)
-# (Hq, Hkv, D, lengths): the shapes and lengths the split-K kernel's targets name
-CELLS = [
-    ((32, 8, 128), (128 * K,)), ((32, 8, 128), (32 * K,)), ((32, 8, 128), (4 * K,)), ((32, 8, 128), (128 * K,) * 4),
-    ((16, 2, 256), (128 * K,)), ((16, 2, 256), (32 * K,)), ((16, 2, 256), (4 * K,)), ((16, 2, 256), (32 * K,) * 4),
-    ((32, 8, 128), RAGGED16),
-]
 KERNELS = ("adaptive_split", "fixed_split", "lean", "dispatch")
 
 
-def _case(shape, lens, seed=7) -> Case:
-    hq, hkv, d = shape
-    return Case(kv_dtype="bf16", num_q_heads=hq, num_kv_heads=hkv, head_dim=d, seq_lens=tuple(lens),
-                layout="paged", page_size=16, seed=seed)
+def table_cells() -> list:
+    """The bf16 GQA cells of the peer table (benchmarks/sweep.py target_cells): the shapes and
+    lengths the split-K kernel's targets name; SDPA on a dense copy is their peer."""
+    return [c for c in target_cells() if c.case.kv_dtype == "bf16" and not c.case.mla]
 
 
 def _floor_us(case, tbs):
     return timing.kv_floor_us(1, case.total_keys, case.num_kv_heads, case.head_dim, 2, tbs)
 
 
-def _label(shape, lens):
-    n = len(lens)
-    ctx = f"{lens[0] // K}k" if len(set(lens)) == 1 else f"ragged {min(lens)}-{max(lens)} ({sum(lens) // K}k keys)"
-    return f"{'/'.join(map(str, shape))} {n}x{ctx}" if len(set(lens)) == 1 else f"{'/'.join(map(str, shape))} {n} {ctx}"
-
-
 def table(reps, tbs, deadline):
     rows = []
-    for shape, lens in CELLS:
+    for cell in table_cells():
         if time.time() > deadline:
             break
-        case = _case(shape, lens)
-        row = dict(cell=_label(shape, lens), shape=shape, lens=list(lens), floor_us=_floor_us(case, tbs))
+        case = cell.case
+        row = dict(cell=cell.name, shape=cell.shape, lens=list(case.seq_lens), floor_us=_floor_us(case, tbs))
         ref_launch, ref_out = None, None
         batch = shared_batch(case)
         for name in KERNELS:
@@ -110,13 +95,13 @@ TUNE_SPLITS = (None, 128, 256)
 def tune(reps, tbs, deadline):
     from decode_conformance_kernels.adaptive_split import decode_attention_adaptive, plan_splits
     rows = []
-    for shape, lens in CELLS:
-        case = _case(shape, lens)
+    for cell in table_cells():
+        case = cell.case
         kernel = registry.adaptive_split()
         batch = prepare(kernel, case, "cuda")
         ref_launch, ref = dense_sdpa(batch, batched=False)
         ref_launch()
-        base_S = plan_splits(case.batch, *shape[:2], device="cuda")[0]
+        base_S = plan_splits(case.batch, case.num_q_heads, case.num_kv_heads, device="cuda")[0]
         for (bn, warps, stages) in TUNE_CONFIGS:
             for S in TUNE_SPLITS:
                 if time.time() > deadline:
@@ -125,7 +110,7 @@ def tune(reps, tbs, deadline):
                 kw = dict(sm_scale=case.sm_scale, lse=batch.lse, splits=splits, block_n=bn, num_warps=warps,
                           num_stages=stages)
                 args = (batch.q, batch.k_cache, batch.v_cache, batch.kv_indptr, batch.kv_indices, batch.out)
-                row = dict(cell=_label(shape, lens), block_n=bn, warps=warps, stages=stages, splits=splits,
+                row = dict(cell=cell.name, block_n=bn, warps=warps, stages=stages, splits=splits,
                            floor_us=_floor_us(case, tbs))
                 try:
                     p = torch.empty((case.batch, case.num_q_heads, splits, case.v_head_dim), device="cuda")
@@ -138,7 +123,7 @@ def tune(reps, tbs, deadline):
                 except Exception as e:
                     row["error"] = f"{type(e).__name__}: {str(e)[:160]}"
                 rows.append(row)
-        best = min((r for r in rows if r["cell"] == _label(shape, lens) and "us" in r and r.get("cos", 0) > 0.999),
+        best = min((r for r in rows if r["cell"] == cell.name and "us" in r and r.get("cos", 0) > 0.999),
                    key=lambda r: r["us"], default=None)
         if best:
             print(f"{best['cell']}: best {best['us']:.1f} us ({100 * best['floor_us'] / best['us']:.0f}% of floor) "

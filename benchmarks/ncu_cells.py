@@ -1,16 +1,22 @@
-"""Launch the adaptive split-K kernel and torch SDPA (dense KV) once each, eagerly, on a few
-cells of the kernel table (benchmarks/kernel_table.py), for Nsight Compute to read their hardware counters:
+"""Launch kernels once each, eagerly, on cells of the peer table (benchmarks/sweep.py
+target_cells), for Nsight Compute to read their hardware counters. Only the timed launch is
+profiled: it runs between cudaProfilerStart and Stop, after a first launch that compiles and
+plans, so ncu needs `--profile-from-start off`:
 
-    ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \\
-        --section Occupancy --section WarpStateStats --section LaunchStats \\
-        -k 'regex:adaptive|flash|fmha|attention|sdpa|cudnn' python3 benchmarks/ncu_cells.py
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight \\
+        --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats \\
+        --section WarpStateStats --section LaunchStats \\
+        python3 benchmarks/ncu_cells.py --cell b32-8k-32x8x128 --kernel dispatch --kernel flashinfer_decode_tc
 
-Each cell is launched twice (the first compiles); ncu's own cache control flushes the L2
-between its passes. Prints which launch is which, in order, so the report can be read
-against it.
+Kernels are registry names, as the peer table's `--kernel` (its adapters included), and
+`sdpa_dense`, the peer table's floor row. ncu's own cache control flushes the L2 between its
+passes. Before each profiled launch a line `profile: CELL KERNEL` is printed, so the report
+(every kernel of that launch: split-K's two stages, a library's merge kernel) can be read
+against it. A kernel that does not declare a cell is named and left out of it.
 """
 from __future__ import annotations
 
+import argparse
 import pathlib
 import sys
 
@@ -22,29 +28,41 @@ from decode_conformance import _paths  # noqa: E402
 
 _paths.alias_checkout()
 
-from decode_conformance.batch import Workspace  # noqa: E402
-from decode_conformance_kernels import registry  # noqa: E402
-from sweep import _case, dense_sdpa, shared_batch  # noqa: E402
-
-K = 1024
-CELLS = [((32, 8, 128), 1, 128 * K), ((16, 2, 256), 1, 128 * K), ((32, 8, 128), 16, 16 * K)]
+from benchmarks.peer_table import _load  # noqa: E402
+from benchmarks.sweep import target_cells  # noqa: E402
+from decode_conformance.runner import prepare  # noqa: E402
 
 
-def main():
-    for shape, bsz, ctx in CELLS:
-        case = _case(shape, [ctx] * bsz)
-        batch = shared_batch(case)
-        batch.workspace = Workspace(batch.device)
-        launch = registry.adaptive_split().plan(batch)
-        sdpa, _ = dense_sdpa(batch, batched=True)
-        for name, fn in (("adaptive", launch), ("sdpa", sdpa)):
-            for i in range(2):
-                print(f"launch: {'/'.join(map(str, shape))} {bsz}x{ctx} {name} #{i}", flush=True)
-                fn()
-                torch.cuda.synchronize()
-        del batch
-        torch.cuda.empty_cache()
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cell", action="append", help="peer-table cell names (default: all)")
+    ap.add_argument("--kernel", action="append", help="registry names or sdpa_dense (default: dispatch, sdpa_dense)")
+    a = ap.parse_args(argv)
+    cells = {c.name: c for c in target_cells()}
+    unknown = sorted(set(a.cell or ()) - set(cells))
+    if unknown:
+        ap.error(f"--cell: unknown {unknown}; expected one of {sorted(cells)}")
+    kernels = [_load(n) for n in (a.kernel or ["dispatch", "sdpa_dense"])]
+    for name in a.cell or list(cells):
+        case = cells[name].case
+        for k in kernels:
+            missing = k.caps.missing_for(case, "cuda")
+            if missing:
+                print(f"skip: {name} {k.name}: {'; '.join(missing)}", flush=True)
+                continue
+            batch = prepare(k, case, "cuda")
+            launch = k.plan(batch)
+            launch()  # compiles, plans, warms
+            torch.cuda.synchronize()
+            print(f"profile: {name} {k.name}", flush=True)
+            torch.cuda.profiler.start()
+            launch()
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+            del batch, launch
+            torch.cuda.empty_cache()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

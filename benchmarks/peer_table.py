@@ -1,10 +1,11 @@
-"""Every adapter beside our shipped kernels at the perf-guard cells (fixtures/perf_cells.toml),
-in one process, interleaved (round-robin over the kernels, several rounds, so clock and
+"""Every adapter beside our shipped kernels at the perf-guard cells (fixtures/perf_cells.toml)
+and the speed targets' other cells (benchmarks/target_cells.toml; `--guard-cells-only`: the
+first file alone), in one process, interleaved (round-robin over the kernels, several rounds, so clock and
 thermal drift hit every kernel alike): median time, the ratio to `dispatch` (our default
 kernel) and the share of the read roofline (the cell's compulsory bytes at the measured
 read bandwidth).
 
-    python benchmarks/peer_table.py --out DIR [--kernel NAME ...] [--rounds 5] [--reps 20]
+    python benchmarks/peer_table.py --out DIR [--kernel NAME ...] [--guard-cells-only] [--rounds 5] [--reps 20]
 
 Every kernel is timed as a CUDA-graph replay of its planned launch where that launch can be
 captured (a cell has fixed lengths, so a graph of one plan is what a serving engine replays
@@ -47,11 +48,12 @@ MIN_COSINE = 0.999  # far below any correct bf16 kernel (~0.99999), far above a 
 ANY_CELL = "*"  # a pre-flight that died outside a cell's launch: the kernel is left out of every cell
 
 
-def perf_api():
-    """The suite's timer and perf cells (decode_conformance.perf)."""
+def perf_api(guard_only: bool = False):
+    """The suite's timer, the table's cells (a zero-argument loader) and the bytes a cell moves."""
     from decode_conformance.perf import timing
-    from decode_conformance.perf.cells import bytes_moved, load_cells
-    return timing, load_cells, bytes_moved
+    from decode_conformance.perf.cells import bytes_moved
+    from benchmarks.sweep import target_cells
+    return timing, lambda: target_cells(guard_only), bytes_moved
 
 
 def _load(name):
@@ -150,13 +152,13 @@ def measure_cell(cell, kernels, reference, timing, rounds: int, reps: int, no_gr
     return entries
 
 
-def preflight(name: str) -> int:
+def preflight(name: str, guard_only: bool = False) -> int:
     """Child process: plan, launch and synchronise `name` once on every cell it declares, then try
     to capture the launch in a CUDA graph and replay it; one JSON line per cell on stdout, flushed
     before the next launch ("graph": "ok" or why not)."""
     import torch
     from decode_conformance.runner import prepare
-    timing, load_cells, _ = perf_api()
+    timing, load_cells, _ = perf_api(guard_only)
     k = _load(name)
     for cell in load_cells():
         if k.caps.missing_for(cell.case, "cuda"):
@@ -182,14 +184,15 @@ def preflight(name: str) -> int:
     return 0
 
 
-def crashed_cells(names, jobs: int) -> tuple[dict, dict]:
+def crashed_cells(names, jobs: int, guard_only: bool = False) -> tuple[dict, dict]:
     """({kernel: {cell: why}} for the cells whose pre-flight process died (signal, CUDA abort),
     {kernel: {cell: why}} for the cells whose launch did not capture in a CUDA graph)."""
     import concurrent.futures as cf
     import subprocess
 
     def one(name):
-        p = subprocess.run([sys.executable, __file__, "--preflight", name], capture_output=True, text=True)
+        p = subprocess.run([sys.executable, __file__, "--preflight", name] + ["--guard-cells-only"] * guard_only,
+                           capture_output=True, text=True)
         lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
         no_graph = {x["cell"]: x["graph"] for x in lines if x.get("graph") not in (None, "ok")}
         if p.returncode == 0:
@@ -205,26 +208,59 @@ def crashed_cells(names, jobs: int) -> tuple[dict, dict]:
     return {n: c for n, c, _ in found}, {n: g for n, _, g in found}
 
 
+DENSE_TARGET_KEYS = 8192  # the floor target applies to cells whose longest request has this many keys
+DENSE_TARGET = 1.03  # within 3 % of dense SDPA
+
+
+def verdict_lines(rows: dict) -> list:
+    """Per cell, the speed issue's two targets: `dispatch` against the fastest paged peer (every
+    adapter in ADAPTERS that timed the cell) and against the dense floor (cells whose longest
+    request has >= DENSE_TARGET_KEYS keys). A ratio > 1 is a miss; a cell with no number for
+    dispatch, or no peer that timed it, says so rather than passing."""
+    out = ["| cell | dispatch us | fastest paged peer | dispatch / peer | sdpa_dense us | dispatch / dense |",
+           "|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        ks = r["kernels"]
+        ours = ks.get(BASELINE, {}).get("median_us")
+        peers = {n: e["median_us"] for n, e in ks.items() if n in ADAPTERS and "median_us" in e}
+        best = min(peers, key=peers.get) if peers else None
+        dense = ks.get(DENSE_FLOOR, {}).get("median_us")
+
+        def ratio(theirs, limit):
+            if ours is None or theirs is None:
+                return "-"
+            x = ours / theirs
+            return f"{x:.3f}" + (" **miss**" if x > limit else "")
+        peer = f"`{best}` {peers[best]:.1f}" if best else "none timed"
+        floor = ratio(dense, DENSE_TARGET) if r.get("max_len", 0) >= DENSE_TARGET_KEYS else "(< 8k keys)"
+        out.append(f"| {name} | {f'{ours:.1f}' if ours else ks.get(BASELINE, {}).get('status', '-')} | {peer} | "
+                   f"{ratio(peers.get(best), 1.0)} | {f'{dense:.1f}' if dense else '-'} | {floor} |")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="folder for peer_table.json / .md")
     ap.add_argument("--kernel", action="append", help="registry names (default: shipped + every adapter)")
+    ap.add_argument("--guard-cells-only", action="store_true",
+                    help="the perf guard's cells alone, not benchmarks/target_cells.toml's as well")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--preflight-jobs", type=int, default=4, help="pre-flight processes at a time")
     ap.add_argument("--preflight", metavar="NAME", help=argparse.SUPPRESS)  # the child's entry
     a = ap.parse_args(argv)
     if a.preflight:
-        return preflight(a.preflight)
+        return preflight(a.preflight, a.guard_cells_only)
     if not a.out:
         ap.error("--out is required")
     import torch
     if not torch.cuda.is_available():
         ap.error("--out: the peer table times kernels on a GPU; none is visible here")
-    timing, load_cells, bytes_moved = perf_api()
+    timing, load_cells, bytes_moved = perf_api(a.guard_cells_only)
     names = a.kernel or list(SHIPPED + ADAPTERS + (DENSE_FLOOR,))
     kernels = [_load(n) for n in names]
-    crashed, no_graph = crashed_cells([k.name for k in kernels if not k.caps.unavailable], a.preflight_jobs)
+    crashed, no_graph = crashed_cells([k.name for k in kernels if not k.caps.unavailable], a.preflight_jobs,
+                                      a.guard_cells_only)
     for name, cells in crashed.items():
         for cell, why in cells.items():
             print(f"{name} on {cell}: {why}", flush=True)
@@ -245,7 +281,8 @@ def main(argv=None) -> int:
                 e["roofline_pct"] = 100 * floor_us / e["median_us"]
                 if base:
                     e["vs_dispatch"] = e["median_us"] / base
-        rows[cell.name] = {"shape": cell.shape, "floor_us": floor_us, "kernels": entries}
+        rows[cell.name] = {"shape": cell.shape, "floor_us": floor_us, "max_len": max(cell.case.seq_lens),
+                           "kernels": entries}
         print(cell.name, {k: round(v.get("median_us", 0), 1) or v["status"] for k, v in entries.items()}, flush=True)
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -255,8 +292,8 @@ def main(argv=None) -> int:
     (out / "peer_table.json").write_text(json.dumps({"meta": meta, "cells": rows}, indent=1))
     lines = [f"{meta['gpu']}, torch {meta['torch']}, read bandwidth {tbs:.2f} TB/s; median us "
              f"(x {BASELINE}, % of the read roofline); g = CUDA-graph replay, e = eager launch (its launch did "
-             "not capture: peer_table.json says why)", "",
-             "| kernel | " + " | ".join(rows) + " |", "|---|" + "---|" * len(rows)]
+             "not capture: peer_table.json says why)", ""] + verdict_lines(rows) + [
+             "", "| kernel | " + " | ".join(rows) + " |", "|---|" + "---|" * len(rows)]
     for k in kernels:
         cells = []
         for r in rows.values():

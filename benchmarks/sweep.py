@@ -60,6 +60,23 @@ def add_flush_option(ap: argparse.ArgumentParser) -> None:
                          "dirty lines the timed kernel writes back; the records before the option)")
 
 
+TARGET_CELLS = ROOT / "benchmarks" / "target_cells.toml"
+
+
+def target_cells(guard_only: bool = False) -> list:
+    """The perf guard's cells (fixtures/perf_cells.toml) and then the speed targets' other cells
+    (benchmarks/target_cells.toml): every cell the peer table and the kernel table time. A name
+    in both files is an error naming it."""
+    from decode_conformance.perf.cells import load_cells
+    cells = load_cells() + ([] if guard_only else load_cells(TARGET_CELLS))
+    seen = set()
+    for c in cells:
+        if c.name in seen:
+            raise ValueError(f"{TARGET_CELLS}: cell {c.name!r} is already a perf-guard cell (fixtures/perf_cells.toml)")
+        seen.add(c.name)
+    return cells
+
+
 def shared_batch(case, device="cuda"):
     """One prepared batch per cell, shared by every kernel timed on it (kernels compared on the
     same inputs at the same addresses; `timing.warm_up` covers the idle GPU's slow first

@@ -90,7 +90,12 @@ def _lean_store_final(O, LSE, b, heads, hmask, offs_dv, acc, m_i, l_i, v_scale,
     tl.store(LSE + b * stride_lb + heads * stride_lh, lse, mask=hmask)
 
 
-@triton.jit(do_not_specialize=["B", "window"])
+# The head counts and the LSE batch stride are runtime values, read once per segment and never in
+# the key loop. As compile-time constants every GQA group size of the parity set was a variant of
+# its own: 97 variants cold, a third of the main job's compile time
+# (docs/gpu-runs/2026-12-02-h200-s16/). TILES_PER_KV stays constant: it divides the head-tile
+# index, and it is 1 on every fast-path cell.
+@triton.jit(do_not_specialize=["B", "window", "NUM_KV_HEADS", "GROUP", "HPT", "stride_lb"])
 def lean_decode_kernel(
     Q, K, V, O, LSE,
     kv_indptr, kv_indices, tile_off,
@@ -100,9 +105,9 @@ def lean_decode_kernel(
     stride_kp, stride_ks, stride_kh, stride_kd,
     stride_vp, stride_vs, stride_vh, stride_vd,
     stride_ob, stride_oh, stride_lb, stride_lh,
-    NUM_KV_HEADS: tl.constexpr,
-    GROUP: tl.constexpr,  # query heads per KV head
-    HPT: tl.constexpr,  # query heads per head tile = min(BLOCK_H, GROUP)
+    NUM_KV_HEADS,
+    GROUP,  # query heads per KV head
+    HPT,  # query heads per head tile = min(BLOCK_H, GROUP)
     TILES_PER_KV: tl.constexpr,  # head tiles per KV head = ceil(GROUP / HPT)
     D1: tl.constexpr,  # K columns [0, D1) (MLA: the latent part, = Dv)
     DPE: tl.constexpr,  # K columns [D1, D1 + DPE) (MLA: the rope part), 0 if none
@@ -113,8 +118,8 @@ def lean_decode_kernel(
     V_FROM_K: tl.constexpr,  # V is K's first DV columns (MLA): reuse the loaded K tile
     E4M3_BITS: tl.constexpr,  # e4m3 cache passed as uint8 bytes (GPUs below sm_89 have no e4m3 type)
 ):
-    HT: tl.constexpr = NUM_KV_HEADS * TILES_PER_KV
-    NUM_Q_HEADS: tl.constexpr = NUM_KV_HEADS * GROUP
+    HT = NUM_KV_HEADS * TILES_PER_KV
+    NUM_Q_HEADS = NUM_KV_HEADS * GROUP
     pid = tl.program_id(0)
     P = tl.num_programs(0)
     offs_h = tl.arange(0, BLOCK_H)

@@ -230,3 +230,43 @@ def test_dense_sdpa_per_request_and_batched_agree_and_batched_needs_one_length()
                                                    seq_lens=(200, 17), layout="paged", page_size=16, seed=5), "cpu")
     with pytest.raises(ValueError, match="batched needs requests of one length"):
         sweep.dense_sdpa(ragged, batched=True)
+
+
+def test_peer_table_verdict_names_every_miss_and_never_passes_an_untimed_cell():
+    """The verdict lines the speed issue is judged on: dispatch against the fastest paged peer,
+    and against the dense floor only where the longest request has >= 8k keys. Planted: a peer
+    0.5 % faster than dispatch, a floor 5 % faster, a cell dispatch did not time."""
+    m = _peer_module()
+    timed = lambda us: {"status": "timed", "median_us": us}  # noqa: E731
+    rows = {
+        "ahead": {"max_len": 131072, "kernels": {"dispatch": timed(100.0), "flashinfer_decode_tc": timed(101.0),
+                                                 "sglang_decode": timed(300.0), "sdpa_dense": timed(99.0)}},
+        "behind": {"max_len": 8192, "kernels": {"dispatch": timed(100.5), "flashinfer_decode_tc": timed(100.0),
+                                                "lean": timed(50.0), "sdpa_dense": timed(95.0)}},
+        "short": {"max_len": 4096, "kernels": {"dispatch": timed(10.0), "vllm_unified_3d": timed(20.0),
+                                               "sdpa_dense": timed(5.0)}},
+        "untimed": {"max_len": 65536, "kernels": {"dispatch": {"status": "wrong", "reason": "cosine 0.2"},
+                                                  "flashinfer_decode": timed(50.0)}},
+    }
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in m.verdict_lines(rows)[2:]}
+    assert "`flashinfer_decode_tc` 101.0 | 0.990 | 99.0 | 1.010 |" in lines["ahead"] and "miss" not in lines["ahead"]
+    # lean is ours, not a peer: the fastest peer is flashinfer at 100.0
+    assert "`flashinfer_decode_tc` 100.0 | 1.005 **miss** | 95.0 | 1.058 **miss** |" in lines["behind"]
+    assert "(< 8k keys)" in lines["short"] and "miss" not in lines["short"]
+    assert "| wrong |" in lines["untimed"] and lines["untimed"].count(" - ") >= 2
+
+
+def test_target_cells_refuse_a_name_the_guard_already_has(tmp_path, monkeypatch):
+    import importlib
+    import sys
+    sys.path.insert(0, str(ROOT))
+    sweep = importlib.import_module("benchmarks.sweep")
+    names = [c.name for c in sweep.target_cells()]
+    assert len(names) == len(set(names)) and "b64-2k-32x8x128" in names and "b8-32k-mla" in names
+    guard = [c.name for c in sweep.target_cells(guard_only=True)]
+    assert names[:len(guard)] == guard and len(names) > len(guard)
+    dup = tmp_path / "cells.toml"
+    dup.write_text('[[cell]]\nname = "b1-4k-32x8x128"\nshape = [32, 8, 128]\nlens = [4096]\n')
+    monkeypatch.setattr(sweep, "TARGET_CELLS", dup)
+    with pytest.raises(ValueError, match="b1-4k-32x8x128.*already a perf-guard cell"):
+        sweep.target_cells()

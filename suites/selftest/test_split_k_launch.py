@@ -1,11 +1,12 @@
-"""The split-K kernels' launch configuration (kernels/triton_common.py `gpu_config`) and which int
-arguments they leave unspecialized: the choices the H200 measurements in the comments there
-stand behind (docs/gpu-runs/2026-12-02-h200-s16/)."""
+"""The split-K kernels' launch configuration (kernels/triton_common.py `gpu_config`), and which int
+arguments the shipped kernels (Lean's too) leave unspecialized: the choices the H200
+measurements in the comments there stand behind (docs/gpu-runs/2026-12-02-h200-s16/,
+2026-12-03-h200-s17/)."""
 from __future__ import annotations
 
 import pytest
 
-from decode_conformance_kernels import adaptive_split, fixed_split
+from decode_conformance_kernels import adaptive_split, fixed_split, lean
 from decode_conformance_kernels import triton_common as tc
 
 H200_SMEM = 232448  # bytes of shared memory a program may use on sm_90
@@ -50,12 +51,15 @@ UNSPECIALIZED = {
     "_adaptive_stage2": {"has_sinks", "store_lse", "visible", "grid", "occupancy", "B"},
     "_fixed_stage1": {"visible", "num_splits"},
     "_fixed_stage2": {"has_sinks", "store_lse", "visible", "num_splits"},
+    # Lean reads its head counts once per segment, outside the key loop; TILES_PER_KV stays.
+    "lean_decode_kernel": {"B", "window", "NUM_KV_HEADS", "GROUP", "HPT", "stride_lb"},
 }
+MODULES = {"_adaptive": adaptive_split, "_fixed": fixed_split, "lean": lean}
 
 
 @pytest.mark.parametrize("name", sorted(UNSPECIALIZED))
 def test_only_per_launch_scalars_are_unspecialized(name):
-    module = adaptive_split if name.startswith("_adaptive") else fixed_split
+    module = next(m for prefix, m in MODULES.items() if name.startswith(prefix))
     kernel = getattr(module, name)
     listed = getattr(kernel, "do_not_specialize", None)
     if listed is None:  # the CPU interpreter's wrapper keeps the decorator's arguments in kwargs
