@@ -9,7 +9,7 @@ import pytest
 from decode_conformance.resources import data_path
 from decode_conformance_kernels import lean_gate
 
-# The s17-1 sweep (2026-12-03, docs/gpu-runs/2026-12-03-h200-s17/s17-1/lean.json): today's Lean
+# The s17-1 sweep's JSON (2026-12-03, table: docs/gpu-runs/2026-12-03-h200-s17/s17-1/lean.md): today's Lean
 # against today's split-K, both kernels on one prepared batch after the timing warm-up, each row
 # with its max_len.
 SWEEP = data_path("gates", "sm_90_lean_sweep.json")
