@@ -284,7 +284,7 @@ def decode_attention_adaptive(
     occupancy = max(1, min(int(occupancy), S))
     if S < 1 or min_chunk < 1:
         raise ValueError(f"splits={splits} and min_chunk={min_chunk} must be >= 1")
-    ctx = tc.split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages)
+    ctx = tc.split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages, fp8_mma=fp8_mma)
     tiling, dims, block_n = ctx.tiling, ctx.dims, ctx.block_n
     grid_chunks = chunk_axis(q, k_cache, v_cache, S, max_visible, min_chunk, block_n)
     partials, partial_lse = tc.split_k_scratch(q, partials, partial_lse, workspace_shapes(B, Hq, Dv, grid_chunks))

@@ -15,10 +15,12 @@ Device side (@triton.jit, called from the kernels' own stage-1/stage-2 programs)
 Host side (plain python): launch configs, fp8 operands; GQA head tiling, cache addressing and the
 window argument come from kv_layout (shared with the Lean kernel).
 
-Numerics: scores, softmax state and accumulators are fp32. fp8 K/V are upcast to the query
-dtype before the dot (never q down to fp8); k_scale is folded into the score scale and
-v_scale multiplies the output in stage 2. p is cast to the (upcast) V dtype for the P@V dot
-as sglang does. Keys outside [start, end) are masked at the load (other=0.0), so NaN in slots
+Numerics: scores, softmax state and accumulators are fp32. 16-bit K/V: p is cast to the V
+dtype for the P@V dot as sglang does. fp8 K/V (never q down to fp8, unless the fp8-MMA tier
+is asked for): both dots run in fp16, K/V converted exactly, q and p scaled by powers of two
+into fp16's range first (`P_F16_SCALE`, `fp16_row_scale`); an fp8 V of its own is read as
+byte pairs (`v_byte_pairs`). k_scale is folded into the score scale and v_scale multiplies
+the output. Keys outside [start, end) are masked at the load (other=0.0), so NaN in slots
 a request does not own never enters a product, and their scores are set to -inf.
 Slot addresses are int64: page * stride_page + offset * stride_token.
 """
@@ -120,6 +122,49 @@ def mma(a, b, FP8_MMA: tl.constexpr):
     return out
 
 
+# fp8 caches (not the fp8-MMA tier): both dots run as fp16 x fp16 MMAs. e4m3 and e5m2 become
+# fp16 exactly in one packed conversion (e5m2 is fp16's top byte, e4m3 fits its range), where a
+# bf16 operand took that conversion and then a second, one instruction per element (sm_90 has no
+# e4m3 -> bf16 conversion): 64 F2F.BF16.F16 per thread and key step at 32/8/128 (SASS of the
+# triton 3.6 build). A bf16 q is scaled per row by a power of two that puts its largest
+# magnitude in [2^14, 2^15) and then rounded to fp16, exactly for every element within 2^31 of
+# the row's largest (fp16 keeps 11 bits down to 2^-24; bf16 has 8); the score takes the inverse
+# scale. P, in [0, 1], is scaled by 2^15 before its fp16 rounding (11 bits where bf16 kept 8,
+# and nothing above 2^-39 flushed) and the accumulator is scaled back once. Both are powers of
+# two, so the products stay those of the tier's arithmetic, with P rounded more finely.
+P_F16_SCALE = tl.constexpr(32768.0)
+
+
+@triton.jit
+def fp16_row_scale(q, q_pe, HAS_PE: tl.constexpr):
+    """Per row of q (and q_pe): 2^(14 - e), e the exponent of the row's largest magnitude, at
+    most 2^126 (an all-zero or subnormal row: its inverse stays a normal fp32)."""
+    amax = tl.max(tl.abs(q.to(tl.float32)), 1)
+    if HAS_PE:
+        amax = tl.maximum(amax, tl.max(tl.abs(q_pe.to(tl.float32)), 1))
+    e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    s = tl.minimum(14 - e, 126)
+    return ((s + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def fp8_pair_halves(w, E5M2: tl.constexpr, E4M3_BITS: tl.constexpr):
+    """uint16 pairs of fp8 bytes [N, D/2] -> the fp16 values of the low bytes (even columns) and
+    of the high bytes (odd columns), each [N, D/2], exactly: e5m2 is the top byte of its fp16;
+    e4m3 through the hardware conversion, or (E4M3_BITS: no e4m3 type) its sign, exponent and
+    mantissa placed one bit lower in fp16, 2^-8 times the value (the caller scales by 256)."""
+    if E5M2:
+        lo = (w << 8).to(tl.float16, bitcast=True)
+        hi = (w & 0xFF00).to(tl.float16, bitcast=True)
+    elif E4M3_BITS:
+        lo = (((w & 0x80) << 8) | ((w & 0x7F) << 7)).to(tl.float16, bitcast=True)
+        hi = ((w & 0x8000) | ((w >> 1) & 0x3F80)).to(tl.float16, bitcast=True)
+    else:
+        lo = w.to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
+        hi = (w >> 8).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
+    return lo, hi
+
+
 @triton.jit
 def attend_range(
     q_ptr, stride_qh, stride_qd,  # q_ptr: first query head of the tile in request b
@@ -160,10 +205,30 @@ def attend_range(
         q = fp8_operand(q, k_ptr, FP8_MMA)
         if BLOCK_DPE > 0:
             q_pe = fp8_operand(q_pe, k_ptr, FP8_MMA)
+    F16_DOTS: tl.constexpr = ((FP8_MMA == 0) & (E4M3_BITS | k_ptr.dtype.element_ty.is_fp8())
+                              & ((q.dtype == tl.bfloat16) | (q.dtype == tl.float16)))
+    V_E5M2: tl.constexpr = k_ptr.dtype.element_ty == tl.float8e5
+    if F16_DOTS:
+        q_dtype = tl.float16
+        if q.dtype == tl.bfloat16:
+            q_scale = fp16_row_scale(q, q_pe if BLOCK_DPE > 0 else q, BLOCK_DPE > 0)
+            q = (q.to(tl.float32) * q_scale[:, None]).to(tl.float16)
+            if BLOCK_DPE > 0:
+                q_pe = (q_pe.to(tl.float32) * q_scale[:, None]).to(tl.float16)
+            row_qk_scale = qk_scale / q_scale
+        else:
+            row_qk_scale = tl.full([BLOCK_H], 1.0, dtype=tl.float32) * qk_scale
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
+    V_PAIRS: tl.constexpr = v_ptr.dtype.element_ty == tl.uint16
+    if V_PAIRS:
+        offs_pair = tl.arange(0, BLOCK_DV // 2)
+        pmask = offs_pair < DV // 2
+        acc_lo = tl.zeros([BLOCK_H, BLOCK_DV // 2], dtype=tl.float32)
+        acc_hi = tl.zeros([BLOCK_H, BLOCK_DV // 2], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
 
     for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -181,7 +246,10 @@ def attend_range(
                            mask=nmask[:, None] & pemask[None, :], other=0.0)
             k_pe = kv_tile(k_pe, k_ptr, q_dtype, E4M3_BITS, FP8_MMA)
             qk += mma(q_pe, tl.trans(k_pe), FP8_MMA)
-        qk = qk * qk_scale
+        if F16_DOTS:
+            qk = qk * row_qk_scale[:, None]
+        else:
+            qk = qk * qk_scale
         if SOFTCAP:
             qk = softcap * tanh_safe(qk / softcap)
         qk = tl.where(nmask[None, :], qk, float("-inf"))
@@ -191,15 +259,35 @@ def attend_range(
         p = tl.exp(qk - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
 
-        if SHARE_KV:
-            v = k  # MLA: V is the first DV (= D_MAIN) columns of K, already loaded and masked
-        else:
+        if V_PAIRS:
             v_row = page * stride_vp + tok * stride_vt
-            v = tl.load(v_ptr + v_row[:, None] + offs_v[None, :] * stride_vd,
-                        mask=nmask[:, None] & vmask[None, :], other=0.0)
-            v = kv_tile(v, v_ptr, q_dtype, E4M3_BITS, FP8_MMA)
-        acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, FP8_MMA)
+            w = tl.load(v_ptr + v_row[:, None] + offs_pair[None, :] * stride_vd,
+                        mask=nmask[:, None] & pmask[None, :], other=0)
+            v_lo, v_hi = fp8_pair_halves(w, V_E5M2, E4M3_BITS)
+            p16 = (p * P_F16_SCALE).to(tl.float16)
+            acc_lo = acc_lo * alpha[:, None] + tl.dot(p16, v_lo)
+            acc_hi = acc_hi * alpha[:, None] + tl.dot(p16, v_hi)
+        else:
+            if SHARE_KV:
+                v = k  # MLA: V is the first DV (= D_MAIN) columns of K, already loaded and masked
+            else:
+                v_row = page * stride_vp + tok * stride_vt
+                v = tl.load(v_ptr + v_row[:, None] + offs_v[None, :] * stride_vd,
+                            mask=nmask[:, None] & vmask[None, :], other=0.0)
+                v = kv_tile(v, v_ptr, q_dtype, E4M3_BITS, FP8_MMA)
+            if F16_DOTS:
+                acc = acc * alpha[:, None] + mma((p * P_F16_SCALE).to(tl.float16), v, FP8_MMA)
+            else:
+                acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, FP8_MMA)
         m_i = m_new
+    if V_PAIRS:
+        acc = tl.reshape(tl.join(acc_lo, acc_hi), (BLOCK_H, BLOCK_DV))
+        if E4M3_BITS:  # fp8_pair_halves' e4m3 bit path gives 2^-8 x the values
+            acc = acc * (256.0 / P_F16_SCALE)
+        else:
+            acc = acc * (1.0 / P_F16_SCALE)
+    elif F16_DOTS:
+        acc = acc * (1.0 / P_F16_SCALE)
     return acc, m_i, l_i
 
 
@@ -589,7 +677,25 @@ def partial_shapes(batch: int, num_q_heads: int, v_head_dim: int, splits: int):
     return (batch, num_q_heads, splits, v_head_dim), (batch, num_q_heads, splits)
 
 
-def split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages):
+def v_byte_pairs(q, k_cache, v_cache, dims: dict, share_kv: bool, fp8_mma: bool):
+    """V as uint16 pairs of its fp8 bytes, or None. With a 16-bit q, an fp8 V of its own (not
+    the fp8-MMA tier) is read two bytes at a time, which Triton loads from shared memory with
+    transposing ldmatrix for the P @ V operand; as bytes it took one 1-byte shared load per
+    element (sm_90 SASS of the triton 3.6 build: 64 LDS.U8 per thread and key step at
+    32/8/128). The even and odd columns then run as two dots (`attend_range`). Needs unit
+    column stride, even strides and offset, and at least 16 columns per half (tl.dot)."""
+    import torch
+    fp8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+    if share_kv or fp8_mma or v_cache.dtype not in fp8 or k_cache.dtype != v_cache.dtype:
+        return None
+    if q.dtype not in (torch.bfloat16, torch.float16) or dims["DV"] % 2 or dims["BLOCK_DV"] < 2 * MIN_DOT:
+        return None
+    if v_cache.stride(-1) != 1 or any(st % 2 for st in v_cache.stride()[:-1]) or v_cache.storage_offset() % 2:
+        return None
+    return v_cache.view(torch.uint16)
+
+
+def split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages, fp8_mma: bool = False):
     """Host work shared by the two-stage split-K launchers: GQA tiling, head-dim split, cache
     addressing, fp8 operand form and the launch config (block_n: the caller's, else the
     config's)."""
@@ -601,6 +707,10 @@ def split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages):
     share_kv = shares_kv(k_cache, v_cache, dims)
     k_arg, e4m3_bits = kv_operand(k_cache)
     v_arg, _ = kv_operand(v_cache)
+    pairs = v_byte_pairs(q, k_cache, v_cache, dims, share_kv, fp8_mma)
+    if pairs is not None:
+        v_arg = pairs
+        _, v_strides = kv_layout.pair_addressing(k_cache, pairs)[1:]
     cfg = kernel_config(q.device, Dk, Dv, share_kv, kv_bytes=k_arg.element_size())
     default_block_n = cfg.pop("block_n")
     if num_warps:
