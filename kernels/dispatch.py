@@ -8,7 +8,9 @@ Order of the decision (`choose_path`), first match wins:
 3. Explicit enable_lean=True / False.
 4. enable_lean=None during CUDA-graph capture -> `lean_gate.capture_policy` (batch, head
    tiles, MLA; the lengths are not known yet).
-5. enable_lean=None in eager mode -> `lean_gate.eager_gate` with the real lengths (their host
+5. enable_lean=None on an fp8 cache -> split-K (the gate is calibrated on 16-bit caches, and
+   split-K's fp8 path has no counterpart in Lean; `choose_path`).
+6. enable_lean=None in eager mode -> `lean_gate.eager_gate` with the real lengths (their host
    sum and maximum; None -> split-K, and no host sync is ever made to find them).
 Thresholds come from the GPU class's row of fixtures/gates/lean_calibration.toml; classes
 without one (and the CPU interpreter) never enable Lean on their own.
@@ -52,7 +54,7 @@ def choose_path(*, batch: int, num_q_heads: int, kv_group: int, seq_lens_sum: Op
                 max_len: Optional[int] = None, is_mla: bool = False, enable_lean: Optional[bool] = None, softcap: float = 0.0,
                 sinks: bool = False, num_splits: Optional[int] = None, capturing: bool = False,
                 gpu_class: Optional[str] = lean_gate.DEFAULT_CLASS, table=None,
-                env: Optional[Mapping[str, str]] = None) -> str:
+                env: Optional[Mapping[str, str]] = None, kv_fp8: bool = False) -> str:
     """"lean" or "split". Pure in its arguments (env=None reads os.environ)."""
     if lean_unsupported(softcap, sinks, num_splits):
         return SPLIT
@@ -60,6 +62,11 @@ def choose_path(*, batch: int, num_q_heads: int, kv_group: int, seq_lens_sum: Op
         return SPLIT
     if enable_lean is not None:
         return LEAN if enable_lean else SPLIT
+    if kv_fp8:
+        # The gate's thresholds come from 16-bit sweeps, and split-K's fp8 path (fp16 dots, V
+        # read as byte pairs) has no counterpart in Lean: on an H200 split-K ran e4m3
+        # 32/8/128 b16-ragged in 290 us, where its 16-bit-style fp8 path took 393.
+        return SPLIT
     if capturing:
         ok = lean_gate.capture_policy(batch, num_q_heads, kv_group, is_mla, gpu_class, table)
     else:
@@ -121,7 +128,8 @@ def decode(q, k_cache, v_cache, kv_indptr, kv_indices, out, *, sm_scale: float, 
         **gate_lengths,
         is_mla=k_cache.shape[-1] != v_cache.shape[-1], enable_lean=enable_lean, softcap=softcap,
         sinks=sinks is not None, capturing=capturing,
-        gpu_class=gpu_class if gpu_class is not None else gpu_class_of(q.device), table=table)
+        gpu_class=gpu_class if gpu_class is not None else gpu_class_of(q.device), table=table,
+        kv_fp8=k_cache.element_size() == 1)
     if path == LEAN:
         from .lean import lean_decode
         lean_decode(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sm_scale=sm_scale, k_scale=k_scale,
@@ -185,7 +193,7 @@ class DispatchKernel:
             enable_lean=self.enable_lean, softcap=batch.softcap, sinks=batch.sinks is not None,
             num_splits=batch.num_splits, capturing=_capturing(batch.device),
             gpu_class=self.gpu_class if self.gpu_class is not None else gpu_class_of(batch.device),
-            table=self.table)
+            table=self.table, kv_fp8=batch.k_cache.element_size() == 1)
 
     def plan(self, batch) -> Callable[[], None]:
         path = self.path_for(batch)

@@ -132,6 +132,10 @@ def mma(a, b, FP8_MMA: tl.constexpr):
 # scale. P, in [0, 1], is scaled by 2^15 before its fp16 rounding (11 bits where bf16 kept 8,
 # and nothing above 2^-39 flushed) and the accumulator is scaled back once. Both are powers of
 # two, so the products stay those of the tier's arithmetic, with P rounded more finely.
+# H200, same launch config (64/4/6), with V read as byte pairs (`v_byte_pairs`): 32/8/128 e4m3
+# b4-32k 144.4 -> 116.6 us, b32-8k 280.5 -> 204.1, b1-128k 139.4 -> 111.8, 16/2/256 b4-32k
+# 103.0 -> 61.6, e5m2 b4-32k 134.9 -> 112.2; the loop went from 936 to 676 SASS instructions
+# and 158 to 128 registers (docs/gpu-runs/2026-12-03-h200-s18/).
 P_F16_SCALE = tl.constexpr(32768.0)
 
 
@@ -593,13 +597,16 @@ GPU_CONFIGS = {
     "medium": ((64, 8, 3), (32, 4, 3), (32, 4, 2), (16, 4, 1)),  # Dk <= 320 (256, MLA 288)
     "large": ((64, 8, 2), (32, 8, 3), (32, 4, 2), (16, 4, 1)),  # MLA 576
 }
-# An fp8 cache (1-byte K/V) keeps as many key bytes in flight as a 16-bit one: twice the stages
-# of a configuration of the small class. s16 probe, 32/8/128 e4m3, 64 keys x 6 stages against 3:
-# b4-32k 144 against 194 us, b1-128k 139 against 187, b32-8k 281 against 346, b1-4k 17.5 against
-# 16.0 (the one loss: fewer keys than the pipeline's depth per program). Not doubled for the
-# medium and large classes: 16/2/256 e4m3 b1-32k ran 35.7 with 64/8/6 against 35.9 with 64/8/3,
-# and MLA e4m3 ran 479 with 64/8/3 against 474 with 64/8/2.
-FP8_STAGE_FACTOR = {"small": 2, "medium": 1, "large": 1}
+# fp8 caches: their own preference order for the small class. 128 keys in 3 stages wins with the
+# fp16-dot path (`attend_range`), H200, 32/8/128 e4m3 (docs/gpu-runs/2026-12-03-h200-s18/, us,
+# 128/4/3 against the 64/4/6 used before): b1-4k 15.1 / 16.3, b1-32k 37.0 / 43.5, b1-128k 94.9 /
+# 111.6, b4-32k 96.8 / 116.5, b32-8k 180.1 / 202.4, b64-2k 122.5 / 134.0, b16 ragged 290.4 /
+# 391.7; e5m2 b4-32k 97.5 / 111.6, b1-4k 14.7 / 15.7. The medium and large classes keep the
+# 16-bit rows: 16/2/256 e4m3 b1-32k 24.8 with 64/8/3, 26.1 with 128/8/2 (which won b32-8k, 105.5
+# against 111.8), and MLA e4m3 ran 479 with 64/8/3 against 474 with 64/8/2 (s16).
+FP8_GPU_CONFIGS = {
+    "small": ((128, 4, 3), (64, 4, 6), (64, 4, 4), (32, 4, 2), (16, 4, 1)),
+}
 HIP_MAX_STAGES = 2  # AMD's stream pipeliner: keep to its default depth
 SMEM_SLACK = 16384  # layout-conversion scratch the compiler adds on top of the K/V buffers
 
@@ -611,14 +618,13 @@ def config_class(dk: int) -> str:
 def gpu_config(dk: int, dv: int, share_kv: bool, max_smem: int, is_hip: bool = False, kv_bytes: int = 2) -> dict:
     """BLOCK_N / num_warps / num_stages for a GPU with `max_smem` bytes of shared memory per
     program: the first preferred config whose K/V stage buffers (`kv_bytes` per element: 2, or
-    1 for an fp8 cache, which deepens the pipeline per FP8_STAGE_FACTOR) fit."""
+    1 for an fp8 cache, whose small class has its own order, FP8_GPU_CONFIGS) fit."""
     if kv_bytes not in (1, 2):
         raise ValueError(f"kv_bytes: expected 1 (fp8) or 2 (bf16 / fp16), got {kv_bytes!r}")
     cls = config_class(dk)
-    table = GPU_CONFIGS[cls]
+    table = FP8_GPU_CONFIGS.get(cls, GPU_CONFIGS[cls]) if kv_bytes == 1 else GPU_CONFIGS[cls]
     width = dk + (0 if share_kv else dv)
     for bn, warps, stages in table:
-        stages *= FP8_STAGE_FACTOR[cls] if kv_bytes == 1 else 1
         stages = min(stages, HIP_MAX_STAGES) if is_hip else stages
         if stages * bn * width * kv_bytes + SMEM_SLACK <= max_smem:
             return dict(block_n=bn, num_warps=warps, num_stages=stages)

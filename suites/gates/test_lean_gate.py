@@ -278,6 +278,15 @@ def test_choose_path_auto_follows_gates():
                                 env=NO_ENV) == "split"
 
 
+def test_choose_path_fp8_cache_stays_on_split_k():
+    # where the gate would pick Lean, eagerly and under capture, an fp8 cache is kept on split-K;
+    # an explicit enable_lean still wins
+    cap = dict(num_q_heads=32, kv_group=4, seq_lens_sum=None, gpu_class="gfx950", env=NO_ENV, capturing=True)
+    assert dispatch.choose_path(**GQA_LONG, gpu_class="gfx950", env=NO_ENV, kv_fp8=True) == "split"
+    assert dispatch.choose_path(batch=16, **cap, kv_fp8=True) == "split"
+    assert dispatch.choose_path(**GQA_LONG, gpu_class="gfx950", env=NO_ENV, kv_fp8=True, enable_lean=True) == "lean"
+
+
 def test_choose_path_override():
     assert dispatch.choose_path(**GQA_SHORT, enable_lean=True, gpu_class="default", env=NO_ENV) == "lean"
     assert dispatch.choose_path(**GQA_LONG, enable_lean=False, gpu_class="gfx950", env=NO_ENV) == "split"

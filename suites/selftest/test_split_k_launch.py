@@ -13,19 +13,19 @@ H200_SMEM = 232448  # bytes of shared memory a program may use on sm_90
 SM120_SMEM = 101376
 
 
-def test_fp8_small_class_keeps_the_key_bytes_in_flight():
+def test_fp8_small_class_takes_its_own_first_row():
     bf16 = tc.gpu_config(128, 128, False, H200_SMEM)
     fp8 = tc.gpu_config(128, 128, False, H200_SMEM, kv_bytes=1)
     assert (bf16["block_n"], bf16["num_stages"]) == (64, 3)
-    assert (fp8["block_n"], fp8["num_stages"]) == (64, 6)  # 6 x 64 x 256 x 1 byte = 3 x 64 x 256 x 2
+    assert fp8 == dict(block_n=128, num_warps=4, num_stages=3)  # 3 x 128 x 256 x 1 byte + 16 KiB = 112 KiB
 
 
-def test_fp8_falls_back_by_bytes_not_by_stage_count():
-    # 6 x 64 x 256 + 16 KiB slack = 112 KiB > 99 KiB: the next row, 64 keys x 2 stages, doubled
+def test_fp8_falls_back_by_bytes():
+    # 112 KiB > 99 KiB for the first two rows (128 x 3 and 64 x 6 stages): the third, 64 keys x 4
     assert tc.gpu_config(128, 128, False, SM120_SMEM, kv_bytes=1) == dict(block_n=64, num_warps=4, num_stages=4)
 
 
-def test_fp8_stages_not_doubled_where_not_measured_faster():
+def test_fp8_keeps_the_16_bit_rows_where_not_measured_faster():
     for dk, dv, share in ((256, 256, False), (576, 512, True)):
         assert tc.gpu_config(dk, dv, share, H200_SMEM, kv_bytes=1) == tc.gpu_config(dk, dv, share, H200_SMEM)
 
