@@ -125,7 +125,7 @@ def mma(a, b, FP8_MMA: tl.constexpr):
 # fp8 caches (not the fp8-MMA tier): both dots run as fp16 x fp16 MMAs. e4m3 and e5m2 become
 # fp16 exactly in one packed conversion (e5m2 is fp16's top byte, e4m3 fits its range), where a
 # bf16 operand took that conversion and then a second, one instruction per element (sm_90 has no
-# e4m3 -> bf16 conversion): 64 F2F.BF16.F16 per thread and key step at 32/8/128 (SASS of the
+# e4m3 -> bf16 conversion): 128 F2F.BF16.F16 per thread and key step at 32/8/128 (SASS of the
 # triton 3.6 build). A bf16 q is scaled per row by a power of two that puts its largest
 # magnitude in [2^14, 2^15) and then rounded to fp16, exactly for every element within 2^31 of
 # the row's largest (fp16 keeps 11 bits down to 2^-24; bf16 has 8); the score takes the inverse
