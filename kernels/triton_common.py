@@ -711,14 +711,13 @@ def split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages, fp8_mma: 
     B, Hq, Dk = q.shape
     Hkv, Dv = k_cache.shape[-2], v_cache.shape[-1]
     dims = head_dims(Dk, Dv)
-    page_size, k_strides, v_strides = kv_layout.pair_addressing(k_cache, v_cache)
     share_kv = shares_kv(k_cache, v_cache, dims)
     k_arg, e4m3_bits = kv_operand(k_cache)
-    v_arg, _ = kv_operand(v_cache)
-    pairs = v_byte_pairs(q, k_cache, v_cache, dims, share_kv, fp8_mma)
-    if pairs is not None:
-        v_arg = pairs
-        _, v_strides = kv_layout.pair_addressing(k_cache, pairs)[1:]
+    v_arg = v_byte_pairs(q, k_cache, v_cache, dims, share_kv, fp8_mma)
+    if v_arg is None:
+        v_arg, _ = kv_operand(v_cache)
+    # addressed in the form passed (byte pairs halve V's strides)
+    page_size, k_strides, v_strides = kv_layout.pair_addressing(k_cache, v_arg)
     cfg = kernel_config(q.device, Dk, Dv, share_kv, kv_bytes=k_arg.element_size())
     default_block_n = cfg.pop("block_n")
     if num_warps:
