@@ -64,8 +64,9 @@ def choose_path(*, batch: int, num_q_heads: int, kv_group: int, seq_lens_sum: Op
         return LEAN if enable_lean else SPLIT
     if kv_fp8:
         # The gate's thresholds come from 16-bit sweeps, and split-K's fp8 path (fp16 dots, V
-        # read as byte pairs) has no counterpart in Lean: on an H200 split-K ran e4m3
-        # 32/8/128 b16-ragged in 290 us, where its 16-bit-style fp8 path took 393.
+        # read as byte pairs) has no counterpart in Lean: on an H200 (s18-3,
+        # docs/gpu-runs/2026-12-03-h200-s18/) Lean ran e4m3 32/8/128 ragged batches of 8, 16
+        # and 32 in 203.1 / 449.3 / 683.5 us against split-K's 130.8 / 290.6 / 452.4.
         return SPLIT
     if capturing:
         ok = lean_gate.capture_policy(batch, num_q_heads, kv_group, is_mla, gpu_class, table)
