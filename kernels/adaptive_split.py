@@ -1,17 +1,17 @@
 """Adaptive split-K decode attention: chunk count from the request length and the SM count
 (the split-K rule of FlashML PR #729; the rule itself is in `split_rule`).
 
-Stage 1, grid (work slots, KV-head tiles): every (request, chunk) pair of the batch is one
-work slot, numbered request by request. Each program reads the current lengths from
-kv_indptr, computes every request's cap (its share of the chunk budget, at least the batch's
-occupancy count) and chunk count with `request_cap_device` / `chunk_count_device` (mirrors
-of the pure-python rule), finds which request and chunk its slot is (`locate_slot_device`),
-and that chunk's [start, end) (`chunk_bounds_device`): no host sync, so one captured CUDA
-graph serves every length. The host sizes the slot axis for the most slots any lengths can
-take (`split_rule.work_slots`: the batch's occupancy count per request plus the rest of the budget,
-never more than B x the most chunks one request can take); slots past the batch's count do
-nothing. A request of one chunk (or none) is finished in stage 1: out and lse written there,
-no partial round trip (the direct path).
+Stage 1, grid (work slots x KV-head tiles, a slot's tiles adjacent): every (request, chunk)
+pair of the batch is one work slot, numbered request by request. Each program reads the
+current lengths from kv_indptr, computes every request's cap (its share of the chunk budget,
+at least the batch's occupancy count) and chunk count with `request_cap_device` /
+`chunk_count_device` (mirrors of the pure-python rule), finds which request and chunk its
+slot is (`locate_slot_device`), and that chunk's [start, end) (`chunk_bounds_device`): no
+host sync, so one captured CUDA graph serves every length. The host sizes the slot axis for
+the most slots any lengths can take (`split_rule.work_slots`: the batch's occupancy count per
+request plus the rest of the budget, never more than B x the most chunks one request can
+take); slots past the batch's count do nothing. A request of one chunk (or none) is finished
+in stage 1: out and lse written there, no partial round trip (the direct path).
 Stage 2, grid (B, Hq, column slices): recomputes the count, leaves rows of fewer than two
 chunks alone and merges the others SPLIT_TILE partials per step (the budget rounded up to a
 power of two, <= 128 partials and <= 8192 fp32 elements); a batch with fewer rows than SMs
@@ -174,7 +174,8 @@ def device_slot_table(lengths, slots: int, grid: int, occupancy: int, visible: i
 
 
 # Runtime flags, and the per-program scalars that Triton need not specialize (triton_common)
-@triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B"])
+@triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B",
+                             "kv_tiles"])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -186,7 +187,7 @@ def _adaptive_stage1(
     Lse, stride_lseb, stride_lseh,
     Sinks, v_scale, has_sinks, store_lse,
     group, heads_per_tile, tiles_per_kv,
-    qk_scale, softcap, visible, grid, occupancy, B, pdl_early,
+    qk_scale, softcap, visible, grid, occupancy, B, kv_tiles, pdl_early,
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -194,8 +195,13 @@ def _adaptive_stage1(
     MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, FP8_MMA: tl.constexpr, PDL: tl.constexpr,
 ):
     tc.allow_dependents(PDL, pdl_early != 0)
-    tile = tl.program_id(1)
-    b, chunk, n = locate_slot_device(tl.program_id(0), kv_indptr, B, visible, grid, occupancy, MIN_CHUNK,
+    # The KV-head tiles of one slot are consecutive programs, so they run together: a cache row
+    # holds every KV head's keys side by side (and MLA's tiles share one latent head), and the
+    # tiles reading one row at once read it from DRAM once. Slot-major order ran 16-98 % slower
+    # on an H200 (docs/gpu-runs/2026-12-03-h200-s19).
+    pid = tl.program_id(0)
+    tile = pid % kv_tiles
+    b, chunk, n = locate_slot_device(pid // kv_tiles, kv_indptr, B, visible, grid, occupancy, MIN_CHUNK,
                                      CHUNK_BLOCK)
     if b < B:
         # A request of one chunk (or none: an empty range) is finished here, out and lse
@@ -352,9 +358,10 @@ def decode_attention_adaptive(
                                             split_rule.launch_shape(Dk, Dv < Dk)[0] * split_rule.num_sms(q.device))
     visible = tc.visible_arg(window)
     outputs = tc.output_args(out, lse, sinks, v_scale, partial_lse)
-    _adaptive_stage1[(slots, tiling["kv_head_tiles"])](
+    _adaptive_stage1[(slots * tiling["kv_head_tiles"],)](
         *tc.cache_args(q, ctx, kv_indptr, kv_indices), *tc.partial_args(partials, partial_lse), *outputs,
-        *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, int(early),
+        *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, tiling["kv_head_tiles"],
+        int(early),
         **tc.stage1_constexprs(ctx, softcap),
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl))
     if not merge:
