@@ -1,17 +1,15 @@
 """Adaptive split-K decode attention: chunk count from the request length and the SM count
 (the split-K rule of FlashML PR #729; the rule itself is in `split_rule`).
 
-Stage 1, grid (work slots x KV-head tiles, a slot's tiles adjacent): every (request, chunk)
-pair of the batch is one work slot, numbered request by request. Each program reads the
-current lengths from kv_indptr, computes every request's cap (its share of the chunk budget,
-at least the batch's occupancy count) and chunk count with `request_cap_device` /
-`chunk_count_device` (mirrors of the pure-python rule), finds which request and chunk its
-slot is (`locate_slot_device`), and that chunk's [start, end) (`chunk_bounds_device`): no
-host sync, so one captured CUDA graph serves every length. The host sizes the slot axis for
-the most slots any lengths can take (`split_rule.work_slots`: the batch's occupancy count per
-request plus the rest of the budget, never more than B x the most chunks one request can
-take); slots past the batch's count do nothing. A request of one chunk (or none) is finished
-in stage 1: out and lse written there, no partial round trip (the direct path).
+Stage 1, grid (B, KV-head tiles, chunks): the host sizes the chunk axis for the most chunks
+any request can take (`split_rule.grid_splits`, the chunk budget, or fewer when it knows a
+bound on the lengths). Each program reads its request's current length and the batch's total
+from kv_indptr, computes the request's cap (its share of the budget, at least the batch's
+occupancy count), its chunk count and its chunk's [start, end) with `request_cap_device` /
+`chunk_count_device` / `chunk_bounds_device` (mirrors of the pure-python rule), and does
+nothing when its chunk is past the end: no host sync, so one captured CUDA graph serves every
+length. A request of one chunk (or none) is finished in stage 1: out and lse written there,
+no partial round trip (the direct path).
 Stage 2, grid (B, Hq, column slices): recomputes the count, leaves rows of fewer than two
 chunks alone and merges the others SPLIT_TILE partials per step (the budget rounded up to a
 power of two, <= 128 partials and <= 8192 fp32 elements); a batch with fewer rows than SMs
@@ -117,65 +115,8 @@ def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, blo
     return counts, starts, ends
 
 
-# Requests a program's slot search reads per step: a fixed width, so no batch size is a
-# variant of its own (a batch of up to 128 is one step).
-SLOT_SCAN = tl.constexpr(128)
-
-
-@triton.jit
-def locate_slot_device(slot, kv_indptr, B, visible, grid, occupancy, MIN_CHUNK: tl.constexpr,
-                       BLOCK: tl.constexpr):
-    """(request, chunk, the request's chunk count) of work slot `slot`: request r owns
-    max(1, count_r) consecutive slots (an empty or one-chunk request is one slot: the direct
-    path). A slot past the batch's last gives request B (the caller does nothing)."""
-    total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
-    before = 0  # slots of the requests before this step's
-    req = B
-    chunk = 0
-    count = 0
-    for r0 in range(0, B, SLOT_SCAN):
-        r = r0 + tl.arange(0, SLOT_SCAN)
-        live = r < B
-        lo = tl.load(kv_indptr + r, mask=live, other=0)
-        L = tl.load(kv_indptr + r + 1, mask=live, other=0) - lo
-        L_vis = tl.minimum(L, visible)
-        n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, BLOCK)
-        owned = tl.where(live, tl.maximum(n, 1), 0)
-        end = before + tl.cumsum(owned, 0)
-        mine = live & (slot < end) & (slot >= end - owned)
-        req = tl.minimum(req, tl.min(tl.where(mine, r, B), 0))
-        chunk += tl.sum(tl.where(mine, slot - (end - owned), 0), 0)
-        count += tl.sum(tl.where(mine, n, 0), 0)
-        before += tl.sum(owned, 0)
-    return req, chunk, count
-
-
-@triton.jit
-def _slot_probe(kv_indptr, out, B, visible, grid, occupancy, MIN_CHUNK: tl.constexpr, BLOCK: tl.constexpr):
-    slot = tl.program_id(0)
-    req, chunk, count = locate_slot_device(slot, kv_indptr, B, visible, grid, occupancy, MIN_CHUNK, BLOCK)
-    tl.store(out + slot * 3, req)
-    tl.store(out + slot * 3 + 1, chunk)
-    tl.store(out + slot * 3 + 2, count)
-
-
-def device_slot_table(lengths, slots: int, grid: int, occupancy: int, visible: int = kv_layout.INT32_MAX,
-                      min_chunk: int = split_rule.MIN_CHUNK, block: int = split_rule.KEY_BLOCK):
-    """Run locate_slot_device for slots 0..slots-1 of a batch of `lengths`: [slots, 3] int32 rows of
-    (request, chunk, the request's count); request == len(lengths) past the batch's last slot.
-    For tests that hold the slot numbering to the host rule."""
-    lengths = lengths.to(torch.int32)
-    indptr = torch.zeros(lengths.numel() + 1, dtype=torch.int32, device=lengths.device)
-    indptr[1:] = torch.cumsum(lengths, 0)
-    out = torch.full((slots, 3), -1, dtype=torch.int32, device=lengths.device)
-    _slot_probe[(slots,)](indptr, out, lengths.numel(), visible, grid, occupancy, MIN_CHUNK=int(min_chunk),
-                          BLOCK=int(block))
-    return out
-
-
 # Runtime flags, and the per-program scalars that Triton need not specialize (triton_common)
-@triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B",
-                             "kv_tiles"])
+@triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B"])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -187,7 +128,7 @@ def _adaptive_stage1(
     Lse, stride_lseb, stride_lseh,
     Sinks, v_scale, has_sinks, store_lse,
     group, heads_per_tile, tiles_per_kv,
-    qk_scale, softcap, visible, grid, occupancy, B, kv_tiles, pdl_early,
+    qk_scale, softcap, visible, grid, occupancy, B, pdl_early,
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -195,21 +136,18 @@ def _adaptive_stage1(
     MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, FP8_MMA: tl.constexpr, PDL: tl.constexpr,
 ):
     tc.allow_dependents(PDL, pdl_early != 0)
-    # The KV-head tiles of one slot are consecutive programs, so they run together: a cache row
-    # holds every KV head's keys side by side (and MLA's tiles share one latent head), and the
-    # tiles reading one row at once read it from DRAM once. Slot-major order ran 16-98 % slower
-    # on an H200 (docs/gpu-runs/2026-12-03-h200-s19).
-    pid = tl.program_id(0)
-    tile = pid % kv_tiles
-    b, chunk, n = locate_slot_device(pid // kv_tiles, kv_indptr, B, visible, grid, occupancy, MIN_CHUNK,
-                                     CHUNK_BLOCK)
-    if b < B:
+    b = tl.program_id(0)
+    tile = tl.program_id(1)
+    chunk = tl.program_id(2)
+    lo = tl.load(kv_indptr + b)
+    L = tl.load(kv_indptr + b + 1) - lo
+    vis_start = tl.maximum(L - visible, 0)
+    L_vis = L - vis_start
+    total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
+    n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
+    if chunk < tl.maximum(n, 1):
         # A request of one chunk (or none: an empty range) is finished here, out and lse
         # written directly (no partial; stage 2 skips the row). Otherwise chunk `chunk` of n.
-        lo = tl.load(kv_indptr + b)
-        L = tl.load(kv_indptr + b + 1) - lo
-        vis_start = tl.maximum(L - visible, 0)
-        L_vis = L - vis_start
         c0, c1 = chunk_bounds_device(chunk, tl.maximum(n, 1), L_vis, CHUNK_BLOCK)
         acc, m_i, l_i, head0 = tc.attend_tile(
             b, tile, vis_start + c0, vis_start + c1,
@@ -353,15 +291,13 @@ def decode_attention_adaptive(
     merge = grid_chunks >= 2  # else every request is finished in stage 1
     pdl = tc.dependent_launch(q)  # stage 1 takes the flag whether or not stage 2 follows: one variant
     slices = (stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)) if merge else 0
-    slots = split_rule.work_slots(B, S, occupancy, grid_chunks)
-    early = merge and pdl and trigger_early(slots * tiling["kv_head_tiles"], B * Hq * slices,
+    early = merge and pdl and trigger_early(B * tiling["kv_head_tiles"] * grid_chunks, B * Hq * slices,
                                             split_rule.launch_shape(Dk, Dv < Dk)[0] * split_rule.num_sms(q.device))
     visible = tc.visible_arg(window)
     outputs = tc.output_args(out, lse, sinks, v_scale, partial_lse)
-    _adaptive_stage1[(slots * tiling["kv_head_tiles"],)](
+    _adaptive_stage1[(B, tiling["kv_head_tiles"], grid_chunks)](
         *tc.cache_args(q, ctx, kv_indptr, kv_indices), *tc.partial_args(partials, partial_lse), *outputs,
-        *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, tiling["kv_head_tiles"],
-        int(early),
+        *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, int(early),
         **tc.stage1_constexprs(ctx, softcap),
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl))
     if not merge:

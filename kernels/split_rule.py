@@ -152,18 +152,6 @@ def grid_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = 
     return occupancy_splits(1, kv_head_tiles, num_sms, max_splits, programs_per_sm)
 
 
-def work_slots(batch: int, splits: int, occupancy: int, max_chunks: int) -> int:
-    """The stage-1 grid's slot axis: the most (request, chunk) slots a batch of `batch` requests
-    can take, whatever their lengths, every request taking max(1, its count). A cap is at most
-    occupancy + (share - occupancy) when the share is the larger, and the shares sum to at
-    most the budget `splits`, so the caps sum to at most batch x occupancy + (splits -
-    occupancy); and no request takes more than `max_chunks` (the count of the longest length
-    the launch serves at the whole budget). A uniform batch uses batch x occupancy of them.
-    (A grid of batch x max_chunks would hold 82 slots per request of 32/8/128 on an H200
-    where 1 to 5 are used: programs that start, find nothing to do and exit.)"""
-    return max(1, min(batch * max_chunks, batch * occupancy + max(0, splits - occupancy)))
-
-
 def request_cap(length: int, total: int, grid: int, occupancy: int) -> int:
     """The most chunks a request of `length` visible keys may take in a batch whose lengths
     sum to `total`: min(grid, max(occupancy, floor(grid x length / total)))."""

@@ -47,7 +47,7 @@ def test_kv_bytes_is_checked():
 # head tiling and the LSE strides, unspecialized too, made 1 x 128k 27 % slower (s16-3), and
 # the page size and strides 10-69 % (close 8): they must stay specialized.
 UNSPECIALIZED = {
-    "_adaptive_stage1": {"has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B", "kv_tiles"},
+    "_adaptive_stage1": {"has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B"},
     "_adaptive_stage2": {"has_sinks", "store_lse", "visible", "grid", "occupancy", "B"},
     "_fixed_stage1": {"visible", "num_splits"},
     "_fixed_stage2": {"has_sinks", "store_lse", "visible", "num_splits"},
