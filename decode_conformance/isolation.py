@@ -111,6 +111,9 @@ def _worker_main(conn, device: str, root: str, log_path: str) -> None:
     from .runner import CaseResult
     from .scenarios import run
 
+    if device != "cpu":  # the device context now, before any case is waiting for it
+        import torch
+        torch.empty(0, device=device)
     conn.send(("ready", os.getpid()))
     kernels: dict = {}
     while True:
@@ -181,6 +184,12 @@ class IsolatedRunner:
         proc.start()
         child_conn.close()  # so the worker's death reads as EOF here
         self._proc, self._conn, self._ready = proc, parent_conn, False
+
+    def start(self) -> None:
+        """Start the worker process now if none is running (it is otherwise started by the
+        first case)."""
+        if self._proc is None:
+            self._start()
 
     def _wait_ready(self) -> Optional[str]:
         """None when the worker is up, else why it is not."""

@@ -114,7 +114,11 @@ def pytest_configure(config):
         return
     worker = getattr(config, "workerinput", None)
     if (worker is not None and worker.get(_WORKER_FLAG)) or (worker is None and conformance_requested(config)):
-        state_of(config, activate=True)
+        s = state_of(config, activate=True)
+        runs_cases = worker is not None or (getattr(config.option, "dist", "no") or "no") == "no"
+        if runs_cases and not config.option.collectonly:
+            from .door import start_isolated_worker
+            start_isolated_worker(s)
 
 
 def pytest_unconfigure(config):

@@ -116,7 +116,8 @@ def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, blo
 
 
 # Runtime flags, and the per-program scalars that Triton need not specialize (triton_common)
-@triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B"])
+@triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B",
+                             "stride_lb", "stride_lh", "stride_lseb", "stride_lseh"])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -168,7 +169,8 @@ def _adaptive_stage1(
     tc.allow_dependents(PDL, pdl_early == 0)
 
 
-@triton.jit(do_not_specialize=["has_sinks", "store_lse", "visible", "grid", "occupancy", "B"])
+@triton.jit(do_not_specialize=["has_sinks", "store_lse", "visible", "grid", "occupancy", "B",
+                             "stride_lb", "stride_lh", "stride_lseb", "stride_lseh"])
 def _adaptive_stage2(
     kv_indptr, visible, grid, occupancy, B,
     Part, stride_pb, stride_ph, stride_ps,

@@ -40,6 +40,10 @@ MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score t
 # bound loops and pick chunks, once per program; specialized, each value class the parity set
 # meets was another compile of the same code. H200, s16 (docs/gpu-runs/2026-12-02-h200-s16/):
 # adaptive stage 1 212 -> 167 variants in a cold main job, the same speed on the 4 cells timed.
+# The LSE strides do not either (partial LSE [B, Hq, splits]: its strides follow the split
+# count; final LSE: the caller's tensor): they address a store of one float per query head
+# and the stage-2 load of a row's partial LSEs, never the K/V stream (s20 measured the
+# variants and the speed: docs/gpu-runs/2026-12-03-h200-s20/).
 # The rest stay specialized, measured twice: page size, group, tiling, batch and window
 # unspecialized made the split-K kernels 10-69 % slower (close 8, docs/gpu-runs/2026-12-01-h200/);
 # the head tiling (group, heads per tile, tiles per KV head) and the LSE strides unspecialized

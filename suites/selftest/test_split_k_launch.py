@@ -46,11 +46,12 @@ def test_kv_bytes_is_checked():
 # Unspecialized on the H200 at the same speed: the per-launch scalars and runtime flags. The
 # head tiling and the LSE strides, unspecialized too, made 1 x 128k 27 % slower (s16-3), and
 # the page size and strides 10-69 % (close 8): they must stay specialized.
+LSE_STRIDES = ("stride_lb", "stride_lh", "stride_lseb", "stride_lseh")  # partial and final LSE
 UNSPECIALIZED = {
-    "_adaptive_stage1": {"has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B"},
-    "_adaptive_stage2": {"has_sinks", "store_lse", "visible", "grid", "occupancy", "B"},
-    "_fixed_stage1": {"visible", "num_splits"},
-    "_fixed_stage2": {"has_sinks", "store_lse", "visible", "num_splits"},
+    "_adaptive_stage1": {"has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B", *LSE_STRIDES},
+    "_adaptive_stage2": {"has_sinks", "store_lse", "visible", "grid", "occupancy", "B", *LSE_STRIDES},
+    "_fixed_stage1": {"visible", "num_splits", "stride_lb", "stride_lh"},
+    "_fixed_stage2": {"has_sinks", "store_lse", "visible", "num_splits", *LSE_STRIDES},
     # Lean reads its head counts once per segment, outside the key loop; TILES_PER_KV stays.
     "lean_decode_kernel": {"B", "window", "NUM_KV_HEADS", "GROUP", "HPT", "stride_lb"},
 }
