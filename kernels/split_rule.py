@@ -117,6 +117,30 @@ def launch_shape(head_dim: int, mla: bool) -> tuple[int, int]:
     return (WIDE_PROGRAMS_PER_SM if head_dim > WIDE_HEAD_DIM else PROGRAMS_PER_SM), MAX_SPLITS
 
 
+# What one SM holds, for `resident_programs`: NVIDIA's per-SM limits of compute capability 9.0
+# (CUDA C++ Programming Guide, the technical specifications per compute capability: 64 K
+# registers, 228 KB of shared memory with 1 KB reserved per block, 2048 threads, 32 blocks) and
+# the occupancy calculator's register allocation, per warp in units of 256 registers.
+SM90_LIMITS = dict(registers=65536, shared_bytes=233472, shared_reserved=1024, threads=2048, programs=32)
+REGISTER_UNIT = 256
+WARP_SIZE = 32
+
+
+def resident_programs(registers: int, num_warps: int, shared_bytes: int, *, limits: dict = SM90_LIMITS) -> int:
+    """How many programs of a compiled kernel (registers per thread, warps, shared memory bytes)
+    one SM holds at once: the least of what its registers, shared memory, threads and block
+    slots allow. The rule's programs per SM (`launch_shape`) are only true while this is at
+    least as large; suites/selftest/test_stage1_occupancy.py checks it on a GPU."""
+    if registers < 1 or num_warps < 1 or shared_bytes < 0:
+        raise ValueError(f"resident_programs: registers={registers}, num_warps={num_warps}, "
+                         f"shared_bytes={shared_bytes}: expected registers >= 1, num_warps >= 1, shared_bytes >= 0")
+    per_warp = -(-registers * WARP_SIZE // REGISTER_UNIT) * REGISTER_UNIT
+    by_registers = (limits["registers"] // per_warp) // num_warps
+    by_shared = limits["shared_bytes"] // (shared_bytes + limits["shared_reserved"])
+    by_threads = limits["threads"] // (num_warps * WARP_SIZE)
+    return min(by_registers, by_shared, by_threads, limits["programs"])
+
+
 def wave_fill(programs: int, slots: int) -> float:
     """The fraction of the program slots used over the waves `programs` equal programs take
     (`slots` = programs per SM x SMs)."""

@@ -292,3 +292,22 @@ def test_device_mirror_agrees_with_host():
         caps = adaptive_split.device_request_caps(torch.tensor(lengths, dtype=torch.int32, device=device),
                                                   torch.tensor(totals, dtype=torch.int32), grid, occ).cpu().tolist()
         assert caps == [sr.request_cap(L, t, grid, occ) for L, t in zip(lengths, totals)], (grid, occ)
+
+
+# Register counts as the H200 compiled them (cuobjdump, docs/gpu-runs/2026-12-03-h200-s19/s19-3
+# and -s20/s20-1/regs.md); the resident counts follow from the sm_90 limits by hand:
+# 96 x 32 = 3072 registers a warp, 21 warps, 5 programs of 4 warps (39 KB shared: 5 as well);
+# 106 -> 3584 a warp, 18 warps, 4 (what s19-3 saw); 168 -> 5376, 12 warps, 3; 8-warp 127 -> 4096,
+# 16 warps, 2; MLA 255 -> 8192, 8 warps, 1 (and its 216 KB of shared memory alone allow 1).
+@pytest.mark.parametrize("registers, warps, shared, expected", [
+    (96, 4, 39168, 5), (106, 4, 39168, 4), (168, 4, 41472, 3), (127, 8, 76032, 2), (255, 8, 221184, 1),
+    (32, 4, 100 * 1024, 2),  # shared memory binds: 233472 // (102400 + 1024)
+    (16, 1, 0, 32),  # block slots bind
+])
+def test_resident_programs(registers, warps, shared, expected):
+    assert sr.resident_programs(registers, warps, shared) == expected
+
+
+def test_resident_programs_rejects_nonsense():
+    with pytest.raises(ValueError, match="num_warps=0"):
+        sr.resident_programs(96, 0, 0)
