@@ -101,7 +101,8 @@ def tune(reps, tbs, deadline):
         batch = prepare(kernel, case, "cuda")
         ref_launch, ref = dense_sdpa(batch, batched=False)
         ref_launch()
-        base_S = plan_splits(case.batch, case.num_q_heads, case.num_kv_heads, device="cuda")[0]
+        base_S = plan_splits(case.batch, case.num_q_heads, case.num_kv_heads, device="cuda", mla=batch.v_from_k,
+                             head_dim=batch.head_dim, kv_bytes=batch.k_cache.element_size())[0]
         for (bn, warps, stages) in TUNE_CONFIGS:
             for S in TUNE_SPLITS:
                 if time.time() > deadline:

@@ -117,7 +117,7 @@ def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, blo
 
 # Runtime flags, and the per-program scalars that Triton need not specialize (triton_common)
 @triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B",
-                             "stride_lb", "stride_lh", "stride_lseb", "stride_lseh"])
+                             *tc.LSE_STRIDES])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -170,7 +170,7 @@ def _adaptive_stage1(
 
 
 @triton.jit(do_not_specialize=["has_sinks", "store_lse", "visible", "grid", "occupancy", "B",
-                             "stride_lb", "stride_lh", "stride_lseb", "stride_lseh"])
+                             *tc.LSE_STRIDES])
 def _adaptive_stage2(
     kv_indptr, visible, grid, occupancy, B,
     Part, stride_pb, stride_ph, stride_ps,
@@ -216,11 +216,13 @@ def trigger_early(stage1_programs: int, stage2_programs: int, slots: int) -> boo
 
 
 def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None, num_sms: Optional[int] = None,
-                max_splits: Optional[int] = None, mla: bool = False, head_dim: int = 128) -> tuple[int, int]:
-    """(the stage-1 grid's split axis = the chunk budget, the batch's occupancy count)."""
+                max_splits: Optional[int] = None, mla: bool = False, head_dim: int = 128,
+                kv_bytes: int = 2) -> tuple[int, int]:
+    """(the stage-1 grid's split axis = the chunk budget, the batch's occupancy count);
+    kv_bytes: the cache's element size (1: fp8)."""
     tiles = tc.head_tiling(num_q_heads, num_kv_heads)["kv_head_tiles"]
     sms = num_sms if num_sms is not None else split_rule.num_sms(device)
-    pps, rule_cap = split_rule.launch_shape(head_dim, mla)
+    pps, rule_cap = split_rule.launch_shape(head_dim, mla, kv_bytes)
     cap = max_splits or rule_cap
     return (split_rule.grid_splits(batch, tiles, sms, cap, pps),
             split_rule.occupancy_splits(batch, tiles, sms, cap, pps))
@@ -259,7 +261,7 @@ def decode_attention_adaptive(
     """Adaptive split-K decode attention; same tensors as `fixed_split.decode_attention_fixed`.
 
     splits: the chunk budget, the most chunks any request takes; default that of
-    `plan_splits(B, Hq, Hkv, num_sms=..., max_splits=..., head_dim=Dk, mla=Dv < Dk)`.
+    `plan_splits(B, Hq, Hkv, num_sms=..., max_splits=..., head_dim=Dk, mla=Dv < Dk, kv_bytes=...)`.
     occupancy: the least cap of a request (default the batch's occupancy count, at most
     `splits`). Keep both (and the scratch, `workspace_shapes(B, Hq, Dv, chunk_axis(...))`)
     fixed across calls of one CUDA graph: the chunk counts follow the lengths on the device.
@@ -279,7 +281,7 @@ def decode_attention_adaptive(
     B, Hq, Hkv, Dk, Dv = tc.check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks)
     if splits is None or occupancy is None:
         grid, occ = plan_splits(B, Hq, Hkv, device=q.device, num_sms=num_sms, max_splits=splits or max_splits,
-                                mla=Dv < Dk, head_dim=Dk)
+                                mla=Dv < Dk, head_dim=Dk, kv_bytes=k_cache.element_size())
         splits = grid if splits is None else splits
         occupancy = occ if occupancy is None else occupancy
     S = int(splits)
@@ -294,7 +296,8 @@ def decode_attention_adaptive(
     pdl = tc.dependent_launch(q)  # stage 1 takes the flag whether or not stage 2 follows: one variant
     slices = (stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)) if merge else 0
     early = merge and pdl and trigger_early(B * tiling["kv_head_tiles"] * grid_chunks, B * Hq * slices,
-                                            split_rule.launch_shape(Dk, Dv < Dk)[0] * split_rule.num_sms(q.device))
+                                            split_rule.launch_shape(Dk, Dv < Dk, k_cache.element_size())[0]
+                                            * split_rule.num_sms(q.device))
     visible = tc.visible_arg(window)
     outputs = tc.output_args(out, lse, sinks, v_scale, partial_lse)
     _adaptive_stage1[(B, tiling["kv_head_tiles"], grid_chunks)](
@@ -335,7 +338,8 @@ class AdaptiveSplitKernel:
     def plan(self, batch):
         cap = batch.num_splits or self.max_splits
         S, occ = plan_splits(batch.batch_size, batch.num_q_heads, batch.num_kv_heads, device=batch.device,
-                             num_sms=self.num_sms, max_splits=cap, mla=batch.v_from_k, head_dim=batch.head_dim)
+                             num_sms=self.num_sms, max_splits=cap, mla=batch.v_from_k, head_dim=batch.head_dim,
+                             kv_bytes=batch.k_cache.element_size())
         # The planned lengths bound every launch of this plan (a graph-safe plan is made at the
         # capacity its graph serves): the grid's chunk axis and the partials stop at the
         # longest one's chunk count, and stage 2 is not launched when none can take two chunks.

@@ -30,7 +30,7 @@ def _fixed_split_len(L_vis, num_splits, SPLIT_ALIGN: tl.constexpr):
 
 
 # The per-program scalars that Triton need not specialize (triton_common)
-@triton.jit(do_not_specialize=["visible", "num_splits", "stride_lb", "stride_lh"])
+@triton.jit(do_not_specialize=["visible", "num_splits", *tc.PARTIAL_LSE_STRIDES])
 def _fixed_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -70,7 +70,7 @@ def _fixed_stage1(
 
 
 @triton.jit(do_not_specialize=["has_sinks", "store_lse", "visible", "num_splits",
-                             "stride_lb", "stride_lh", "stride_lseb", "stride_lseh"])
+                             *tc.LSE_STRIDES])
 def _fixed_stage2(
     kv_indptr, visible, num_splits,
     Part, stride_pb, stride_ph, stride_ps,

@@ -55,7 +55,12 @@ import os
 #   so fewer chunks win: batch 8 x 4k 79 us with 1 per SM, 92 us with 2 (fixed 8 splits 78).
 # The split cap: 128 for GQA/MHA (16/2/256 at 1 x 128k: 85 us with 128 chunks, 101 with 64),
 # 64 for MLA (1 x 16k: 65 us with 128, 51 with 64).
+# - fp8 caches, 4-warp programs: the fp16-dot path (`triton_common.attend_range`) compiles to 168
+#   registers, 3 per SM (docs/gpu-runs/2026-12-03-h200-s20/); a grid sized for 3 ran e4m3
+#   32/8/128 5-14 % faster than one sized for 5 at 6 of 7 cells (s20-2/pps.md), the 7th (32 x 8k)
+#   being the one-chunk case below;
 PROGRAMS_PER_SM = 5
+FP8_PROGRAMS_PER_SM = 3
 WIDE_PROGRAMS_PER_SM = 2
 WIDE_HEAD_DIM = 128  # head dims above this launch 8-warp programs
 MLA_PROGRAMS_PER_SM = 1
@@ -110,11 +115,14 @@ def num_sms(device=None, default: int | None = None) -> int:
     return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
-def launch_shape(head_dim: int, mla: bool) -> tuple[int, int]:
-    """(programs per SM, split cap) for a head dim (of K) and attention kind."""
+def launch_shape(head_dim: int, mla: bool, kv_bytes: int = 2) -> tuple[int, int]:
+    """(programs per SM, split cap) for a head dim (of K), attention kind and cache element size
+    (1: fp8, whose 4-warp programs hold more registers)."""
     if mla:
         return MLA_PROGRAMS_PER_SM, MLA_MAX_SPLITS
-    return (WIDE_PROGRAMS_PER_SM if head_dim > WIDE_HEAD_DIM else PROGRAMS_PER_SM), MAX_SPLITS
+    if head_dim > WIDE_HEAD_DIM:
+        return WIDE_PROGRAMS_PER_SM, MAX_SPLITS
+    return (FP8_PROGRAMS_PER_SM if kv_bytes == 1 else PROGRAMS_PER_SM), MAX_SPLITS
 
 
 # What one SM holds, for `resident_programs`: NVIDIA's per-SM limits of compute capability 9.0
@@ -152,14 +160,21 @@ def occupancy_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: i
     """Chunks per request for a batch of equal requests, in [1, max_splits]: the count that puts
     about `programs_per_sm` stage-1 programs on every SM (floor(slots / (batch x tiles))), or,
     when that count (>= 2) leaves more than a tenth of its wave empty, the smallest count up to
-    4x it whose waves are >= WAVE_FILL full (else the fullest of them)."""
+    4x it whose waves are >= WAVE_FILL full (else the fullest of them). A count of 1 whose
+    programs fit one wave is raised only to a count up to 4 that fills >= WAVE_FILL."""
     if batch < 1 or kv_head_tiles < 1 or num_sms < 1 or max_splits < 1:
         raise ValueError(f"occupancy_splits: batch={batch}, kv_head_tiles={kv_head_tiles}, "
                          f"num_sms={num_sms}, max_splits={max_splits} must all be >= 1")
     slots, per_chunk = programs_per_sm * num_sms, batch * kv_head_tiles
     floor_count = max(1, min(max_splits, slots // per_chunk))
-    if floor_count < 2:  # one chunk: the direct path (no stage 2, no partials)
-        return floor_count
+    if floor_count < 2:
+        # One chunk is the direct path (no stage 2, no partials), kept when its programs already
+        # take a wave or more, or no few chunks fill one: e4m3 32/8/128 at 32 x 8k, 256 programs
+        # on 396 slots (65 %), takes 3 chunks (768 of 792).
+        if per_chunk >= slots:
+            return floor_count
+        counts = range(2, min(max_splits, 4) + 1)
+        return next((c for c in counts if wave_fill(per_chunk * c, slots) >= WAVE_FILL), 1)
     counts = range(floor_count, min(max_splits, 4 * floor_count) + 1)
     fill = {c: wave_fill(per_chunk * c, slots) for c in counts}
     full = [c for c in counts if fill[c] >= WAVE_FILL]

@@ -48,6 +48,9 @@ MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score t
 # unspecialized made the split-K kernels 10-69 % slower (close 8, docs/gpu-runs/2026-12-01-h200/);
 # the head tiling (group, heads per tile, tiles per KV head) and the LSE strides unspecialized
 # on top of the four scalars, 92 variants but 27 % slower at 32/8/128 1 x 128k (s16).
+PARTIAL_LSE_STRIDES = ("stride_lb", "stride_lh")  # the partials' LSE [B, Hq, splits]
+FINAL_LSE_STRIDES = ("stride_lseb", "stride_lseh")  # the caller's LSE [B, Hq]
+LSE_STRIDES = PARTIAL_LSE_STRIDES + FINAL_LSE_STRIDES
 STAGE2_TILE_ELEMS = 8192  # FlashML PR #729: a stage-2 tile holds at most 8192 fp32 elements
 # ... and at most 128 partials: a batch of one merges its 82-128 partials in one round of loads
 # when its columns are sliced to <= 64 (the PR's 64 took two dependent rounds). H200

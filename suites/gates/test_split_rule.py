@@ -68,6 +68,9 @@ def test_upstream_example_is_uniform():
 
 def test_launch_shape():
     assert sr.launch_shape(128, mla=False) == (5, 128)  # 4-warp programs: 5 fit an H200 SM
+    assert sr.launch_shape(128, mla=False, kv_bytes=1) == (3, 128)  # fp8: 168 registers, 3 fit
+    assert sr.launch_shape(256, mla=False, kv_bytes=1) == (2, 128)  # fp8 wide heads: the 16-bit row's config
+    assert sr.launch_shape(576, mla=True, kv_bytes=1) == (1, 64)
     assert sr.launch_shape(256, mla=False) == (2, 128)  # 8-warp programs: the same warps per SM
     assert sr.launch_shape(576, mla=True) == (1, 64)  # MLA: fewer, larger partials
 
@@ -124,7 +127,12 @@ WAVES = [
     (8, 8, 5, 128, 10),  # 640 / 660
     # batch 24: 3 chunks 576 / 660 (87 %); 4-9 at most 87 %; 10: 1920 / 1980 (97 %)
     (24, 8, 5, 128, 10),
-    (64, 8, 5, 128, 1),  # one chunk (512 / 660) stays one: the direct path
+    (64, 8, 5, 128, 1),  # one chunk (512 / 660) stays one: 2-4 chunks fill no better (78 %)
+    (128, 8, 5, 128, 1),  # one chunk already takes two waves: the direct path
+    # one chunk in part of one wave, raised to the first count up to 4 that fills >= 90 %:
+    (32, 8, 3, 128, 3),  # e4m3 32 x 8k: 256 of 396 slots (65 %); 2: 512 / 792; 3: 768 / 792 (97 %)
+    (56, 8, 5, 128, 4),  # 448 / 660 (68 %); 2 and 3 the same; 4: 1792 / 1980 (90.5 %)
+    (48, 8, 5, 128, 1),  # 384 / 660; 3 chunks fill 87 %, none of 2-4 reaches 90 %: one stays
     (32, 2, 2, 128, 4),  # 16/2/256: 256 / 264
     (8, 8, 1, 64, 2),  # MLA, 1 per SM: 128 / 132
     (4, 8, 5, 3, 3),  # the split cap bounds the search: 3 chunks (96 / 660)
@@ -139,7 +147,7 @@ def test_occupancy_fills_whole_waves(batch, tiles, pps, cap, count):
 def test_constants_are_the_h200s():
     # H200-measured (FlashML PR #729: 2 per SM, 64 splits); test_upstream_example_is_uniform shows
     # the PR's constants still give its worked example
-    assert (sr.PROGRAMS_PER_SM, sr.WIDE_PROGRAMS_PER_SM, sr.MLA_PROGRAMS_PER_SM) == (5, 2, 1)
+    assert (sr.PROGRAMS_PER_SM, sr.FP8_PROGRAMS_PER_SM, sr.WIDE_PROGRAMS_PER_SM, sr.MLA_PROGRAMS_PER_SM) == (5, 3, 2, 1)
     assert (sr.MAX_SPLITS, sr.MLA_MAX_SPLITS) == (128, 64)
     assert sr.KEY_BLOCK == 32
     assert 0 < sr.MIN_CHUNK <= 512 and sr.MIN_CHUNK % sr.KEY_BLOCK == 0

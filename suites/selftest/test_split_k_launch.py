@@ -47,6 +47,7 @@ def test_kv_bytes_is_checked():
 # and the LSE strides (s20: 412 -> 303 variants in a cold main job, every peer-table cell
 # within 0.8 %, the same registers). The head tiling, unspecialized too, made 1 x 128k 27 %
 # slower (s16-3), and the page size and K/V strides 10-69 % (close 8): they stay specialized.
+# Written out here, not read from tc.LSE_STRIDES: the test names what it expects.
 LSE_STRIDES = ("stride_lb", "stride_lh", "stride_lseb", "stride_lseh")  # partial and final LSE
 UNSPECIALIZED = {
     "_adaptive_stage1": {"has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B", *LSE_STRIDES},
