@@ -171,10 +171,12 @@ def occupancy_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: i
         # One chunk is the direct path (no stage 2, no partials), kept when its programs already
         # take a wave or more, or no few chunks fill one: e4m3 32/8/128 at 32 x 8k, 256 programs
         # on 396 slots (65 %), takes 3 chunks (768 of 792).
-        if per_chunk >= slots:
+        if per_chunk >= slots or wave_fill(per_chunk, slots) >= WAVE_FILL:
             return floor_count
-        # From 3: raised to 2 it ran slower (H200, s21: bf16 32/8/128 80 x 2k +4.8 %, 16/2/256
-        # 120 x 8k +2.3 %), raised to 3 or 4 faster (52 x 4k -7.5 %, 56 x 8k -3.7 %, MLA 48 x 4k -7.7 %).
+        # Only when one chunk leaves more than a tenth of its wave empty: H200, s21, raised from one
+        # wave 91-97 % full it ran slower (bf16 32/8/128 80 x 2k +4.8 % to 2 chunks, +6.9 % to 3;
+        # 16/2/256 120 x 8k +2.3 %, +3.5 %), from 63-73 % faster (52 x 4k -8.3 %, 56 x 8k -3.5 %,
+        # MLA 48 x 4k -7.8 %). (From under 90 %, 2 chunks never reach 90 %: the search starts at 3.)
         counts = range(3, min(max_splits, 4) + 1)
         return next((c for c in counts if wave_fill(per_chunk * c, slots) >= WAVE_FILL), 1)
     counts = range(floor_count, min(max_splits, 4 * floor_count) + 1)
