@@ -217,12 +217,12 @@ def trigger_early(stage1_programs: int, stage2_programs: int, slots: int) -> boo
 
 def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None, num_sms: Optional[int] = None,
                 max_splits: Optional[int] = None, mla: bool = False, head_dim: int = 128,
-                kv_bytes: int = 2) -> tuple[int, int]:
+                kv_bytes: int = 2, fp8_mma: bool = False) -> tuple[int, int]:
     """(the stage-1 grid's split axis = the chunk budget, the batch's occupancy count);
-    kv_bytes: the cache's element size (1: fp8)."""
+    kv_bytes: the cache's element size (1: fp8); fp8_mma: an fp8 cache's dots stay fp8."""
     tiles = tc.head_tiling(num_q_heads, num_kv_heads)["kv_head_tiles"]
     sms = num_sms if num_sms is not None else split_rule.num_sms(device)
-    pps, rule_cap = split_rule.launch_shape(head_dim, mla, kv_bytes)
+    pps, rule_cap = split_rule.launch_shape(head_dim, mla, kv_bytes, fp8_mma)
     cap = max_splits or rule_cap
     return (split_rule.grid_splits(batch, tiles, sms, cap, pps),
             split_rule.occupancy_splits(batch, tiles, sms, cap, pps))
@@ -261,7 +261,8 @@ def decode_attention_adaptive(
     """Adaptive split-K decode attention; same tensors as `fixed_split.decode_attention_fixed`.
 
     splits: the chunk budget, the most chunks any request takes; default that of
-    `plan_splits(B, Hq, Hkv, num_sms=..., max_splits=..., head_dim=Dk, mla=Dv < Dk, kv_bytes=...)`.
+    `plan_splits(B, Hq, Hkv, num_sms=..., max_splits=..., head_dim=Dk, mla=Dv < Dk, kv_bytes=...,
+    fp8_mma=...)`.
     occupancy: the least cap of a request (default the batch's occupancy count, at most
     `splits`). Keep both (and the scratch, `workspace_shapes(B, Hq, Dv, chunk_axis(...))`)
     fixed across calls of one CUDA graph: the chunk counts follow the lengths on the device.
@@ -281,7 +282,7 @@ def decode_attention_adaptive(
     B, Hq, Hkv, Dk, Dv = tc.check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks)
     if splits is None or occupancy is None:
         grid, occ = plan_splits(B, Hq, Hkv, device=q.device, num_sms=num_sms, max_splits=splits or max_splits,
-                                mla=Dv < Dk, head_dim=Dk, kv_bytes=k_cache.element_size())
+                                mla=Dv < Dk, head_dim=Dk, kv_bytes=k_cache.element_size(), fp8_mma=fp8_mma)
         splits = grid if splits is None else splits
         occupancy = occ if occupancy is None else occupancy
     S = int(splits)
@@ -296,7 +297,7 @@ def decode_attention_adaptive(
     pdl = tc.dependent_launch(q)  # stage 1 takes the flag whether or not stage 2 follows: one variant
     slices = (stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)) if merge else 0
     early = merge and pdl and trigger_early(B * tiling["kv_head_tiles"] * grid_chunks, B * Hq * slices,
-                                            split_rule.launch_shape(Dk, Dv < Dk, k_cache.element_size())[0]
+                                            split_rule.launch_shape(Dk, Dv < Dk, k_cache.element_size(), fp8_mma)[0]
                                             * split_rule.num_sms(q.device))
     visible = tc.visible_arg(window)
     outputs = tc.output_args(out, lse, sinks, v_scale, partial_lse)
@@ -339,7 +340,7 @@ class AdaptiveSplitKernel:
         cap = batch.num_splits or self.max_splits
         S, occ = plan_splits(batch.batch_size, batch.num_q_heads, batch.num_kv_heads, device=batch.device,
                              num_sms=self.num_sms, max_splits=cap, mla=batch.v_from_k, head_dim=batch.head_dim,
-                             kv_bytes=batch.k_cache.element_size())
+                             kv_bytes=batch.k_cache.element_size(), fp8_mma=self.fp8_mma)
         # The planned lengths bound every launch of this plan (a graph-safe plan is made at the
         # capacity its graph serves): the grid's chunk axis and the partials stop at the
         # longest one's chunk count, and stage 2 is not launched when none can take two chunks.

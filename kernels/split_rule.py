@@ -58,7 +58,8 @@ import os
 # - fp8 caches, 4-warp programs: the fp16-dot path (`triton_common.attend_range`) compiles to 168
 #   registers, 3 per SM (docs/gpu-runs/2026-12-03-h200-s20/); a grid sized for 3 ran e4m3
 #   32/8/128 5-14 % faster than one sized for 5 at 6 of 7 cells (s20-2/pps.md), the 7th (32 x 8k)
-#   being the one-chunk case below;
+#   being the one-chunk case below. Not the fp8-MMA tier (fp8 x fp8 dots, `fp8_mma`): sized for 3,
+#   its b4-32k ran 147.1 us against 136.3 for 5 (s22-1, the perf guard).
 PROGRAMS_PER_SM = 5
 FP8_PROGRAMS_PER_SM = 3
 WIDE_PROGRAMS_PER_SM = 2
@@ -115,14 +116,15 @@ def num_sms(device=None, default: int | None = None) -> int:
     return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
-def launch_shape(head_dim: int, mla: bool, kv_bytes: int = 2) -> tuple[int, int]:
-    """(programs per SM, split cap) for a head dim (of K), attention kind and cache element size
-    (1: fp8, whose 4-warp programs hold more registers)."""
+def launch_shape(head_dim: int, mla: bool, kv_bytes: int = 2, fp8_mma: bool = False) -> tuple[int, int]:
+    """(programs per SM, split cap) for a head dim (of K), attention kind, cache element size
+    (1: fp8) and dot form: an fp8 cache read into fp16 dots (fp8_mma False) holds more registers
+    per 4-warp program than one whose dots stay fp8 (the fp8-MMA tier)."""
     if mla:
         return MLA_PROGRAMS_PER_SM, MLA_MAX_SPLITS
     if head_dim > WIDE_HEAD_DIM:
         return WIDE_PROGRAMS_PER_SM, MAX_SPLITS
-    return (FP8_PROGRAMS_PER_SM if kv_bytes == 1 else PROGRAMS_PER_SM), MAX_SPLITS
+    return (FP8_PROGRAMS_PER_SM if kv_bytes == 1 and not fp8_mma else PROGRAMS_PER_SM), MAX_SPLITS
 
 
 # What one SM holds, for `resident_programs`: NVIDIA's per-SM limits of compute capability 9.0

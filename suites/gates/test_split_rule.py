@@ -69,6 +69,8 @@ def test_upstream_example_is_uniform():
 def test_launch_shape():
     assert sr.launch_shape(128, mla=False) == (5, 128)  # 4-warp programs: 5 fit an H200 SM
     assert sr.launch_shape(128, mla=False, kv_bytes=1) == (3, 128)  # fp8: 168 registers, 3 fit
+    assert sr.launch_shape(128, mla=False, kv_bytes=1, fp8_mma=True) == (5, 128)  # fp8 x fp8 dots
+    assert sr.launch_shape(128, mla=False, fp8_mma=True) == (5, 128)  # a 16-bit cache: no fp8 dots
     assert sr.launch_shape(256, mla=False, kv_bytes=1) == (2, 128)  # fp8 wide heads: the 16-bit row's config
     assert sr.launch_shape(576, mla=True, kv_bytes=1) == (1, 64)
     assert sr.launch_shape(256, mla=False) == (2, 128)  # 8-warp programs: the same warps per SM
@@ -319,3 +321,25 @@ def test_resident_programs(registers, warps, shared, expected):
 def test_resident_programs_rejects_nonsense():
     with pytest.raises(ValueError, match="num_warps=0"):
         sr.resident_programs(96, 0, 0)
+
+
+def test_adapters_size_an_fp8_grid_by_its_dot_form(monkeypatch):
+    """Both split-K adapters plan an e4m3 32/8/128 batch at the programs per SM of their dot form:
+    fp16 dots 3, the fp8-MMA tier 5 (sized for 3, its b4-32k ran 8 % slower on an H200, s22-1).
+    Through Case -> prepare -> plan on the CPU with 132 SMs."""
+    from decode_conformance.cases import Case
+    from decode_conformance.runner import prepare
+    from decode_conformance_kernels import adaptive_split
+    case = Case(kv_dtype="e4m3", num_q_heads=32, num_kv_heads=8, head_dim=128, seq_lens=(4096,) * 4,
+                layout="paged", page_size=16, seed=1)
+    seen = {}
+    real = adaptive_split.plan_splits
+
+    def spy(*args, **kw):
+        seen[kw.get("fp8_mma", False)] = got = real(*args, **kw)
+        return got
+    monkeypatch.setattr(adaptive_split, "plan_splits", spy)
+    for kernel in (adaptive_split.AdaptiveSplitKernel(num_sms=132), adaptive_split.AdaptiveSplitFp8MmaKernel(num_sms=132)):
+        kernel.plan(prepare(kernel, case, "cpu"))
+    # (budget, occupancy): a batch of one's floor(pps x 132 / 8 tiles), and 4 x 8 = 32 programs a chunk
+    assert seen == {False: (3 * 132 // 8, 3 * 132 // 32), True: (5 * 132 // 8, 5 * 132 // 32)}

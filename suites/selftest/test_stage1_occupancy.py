@@ -18,30 +18,32 @@ from decode_conformance import hardware
 pytestmark = pytest.mark.skipif(not hardware.has_gpu() or torch.version.hip is not None,
                                 reason="needs an NVIDIA GPU: registers of a compiled kernel")
 
-# kv dtype, Hq, Hkv, Dk, Dv, MLA: one row per launch-config row of triton_common (16-bit and fp8
-# small rows, the wide row with both cache widths, MLA).
+# kv dtype, Hq, Hkv, Dk, Dv, MLA, fp8 x fp8 dots: one row per launch-config row of triton_common
+# (16-bit and fp8 small rows, the wide row with both cache widths, MLA) and per dot form of an
+# fp8 cache (fp16 dots, or the fp8-MMA tier's registry.adaptive_split_fp8mma).
 ROWS = {
-    "bf16-32x8x128": ("bf16", 32, 8, 128, 128, False),
-    "e4m3-32x8x128": ("e4m3", 32, 8, 128, 128, False),
-    "e5m2-32x8x128": ("e5m2", 32, 8, 128, 128, False),
-    "bf16-16x2x256": ("bf16", 16, 2, 256, 256, False),
-    "e4m3-16x2x256": ("e4m3", 16, 2, 256, 256, False),
-    "bf16-mla-576": ("bf16", 16, 1, 576, 512, True),
+    "bf16-32x8x128": ("bf16", 32, 8, 128, 128, False, False),
+    "e4m3-32x8x128": ("e4m3", 32, 8, 128, 128, False, False),
+    "e5m2-32x8x128": ("e5m2", 32, 8, 128, 128, False, False),
+    "e4m3-32x8x128-fp8mma": ("e4m3", 32, 8, 128, 128, False, True),
+    "bf16-16x2x256": ("bf16", 16, 2, 256, 256, False, False),
+    "e4m3-16x2x256": ("e4m3", 16, 2, 256, 256, False, False),
+    "bf16-mla-576": ("bf16", 16, 1, 576, 512, True, False),
 }
 
 
-def _case(kv, hq, hkv, dk, dv, mla):
+def _case(kv, hq, hkv, dk, dv, mla, fp8_mma=False):
     """A paged batch of this row: two 4k requests, several chunks each (stage 1's split path)."""
     from decode_conformance.cases import Case
     return Case(kv_dtype=kv, num_q_heads=hq, num_kv_heads=hkv, head_dim=dk, v_head_dim=dv, mla=mla,
                 seq_lens=(4096, 4096), layout="paged", page_size=16, seed=1)
 
 
-def _compiled_stage1(case):
+def _compiled_stage1(case, fp8_mma):
     """The cache's element size and the stage-1 variants the adapter's planned launch compiles."""
     from decode_conformance.runner import prepare
     from decode_conformance_kernels import adaptive_split, registry
-    kernel = registry.adaptive_split()
+    kernel = registry.adaptive_split_fp8mma() if fp8_mma else registry.adaptive_split()
     batch = prepare(kernel, case, "cuda")
     stage1 = adaptive_split._adaptive_stage1
     stage1.device_caches.clear()  # only this row's variants below (reloaded from the disk cache)
@@ -53,9 +55,9 @@ def _compiled_stage1(case):
 @pytest.mark.parametrize("row", list(ROWS))
 def test_rule_programs_per_sm_fit_the_compiled_stage1(row):
     from decode_conformance_kernels import split_rule
-    dk, mla = ROWS[row][3], ROWS[row][5]
-    kv_bytes, compiled = _compiled_stage1(_case(*ROWS[row]))
-    want = split_rule.launch_shape(dk, mla, kv_bytes)[0]
+    dk, mla, fp8_mma = ROWS[row][3], ROWS[row][5], ROWS[row][6]
+    kv_bytes, compiled = _compiled_stage1(_case(*ROWS[row][:6]), fp8_mma)
+    want = split_rule.launch_shape(dk, mla, kv_bytes, fp8_mma)[0]
     assert compiled, f"{row}: no stage-1 variant was compiled"
     for kern in compiled:
         kern._init_handles()  # loads the binary: registers and spills are read from it
