@@ -52,7 +52,14 @@ def _compiled_stage1(case, fp8_mma):
     return batch.k_cache.element_size(), [kern for cache in stage1.device_caches.values() for kern in cache[0].values()]
 
 
-@pytest.mark.parametrize("row", list(ROWS))
+# Known misfits, strict: the fp8-MMA stage 1 compiles to 254 registers, 2 programs per SM, yet its
+# grid sized for 3 ran b4-32k in 147.1 us against 136.3 sized for 5 (H200, s22-1/-2): the rule
+# keeps 5 for it until a count that fits is measured faster.
+MISFITS = {"e4m3-32x8x128-fp8mma": "254 registers: 2 per SM fit, the rule sizes for 5 (faster, s22)"}
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=MISFITS[r]))
+                                 if r in MISFITS else r for r in ROWS])
 def test_rule_programs_per_sm_fit_the_compiled_stage1(row):
     from decode_conformance_kernels import split_rule
     dk, mla, fp8_mma = ROWS[row][3], ROWS[row][5], ROWS[row][6]
