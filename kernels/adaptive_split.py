@@ -23,7 +23,7 @@ Usable outside the suite through `decode_attention_adaptive(...)`; adapter `Adap
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 import triton
@@ -53,6 +53,13 @@ def request_cap_device(length, total, grid, occupancy):
     # (no .to() on grid / occupancy: an int argument equal to 1 arrives as a constexpr)
     share = (length.to(tl.int64) * grid) // tl.maximum(total, 1).to(tl.int64)
     return tl.minimum(tl.maximum(share, occupancy), grid).to(tl.int32)
+
+
+@triton.jit
+def axis_cap_device(length, total, grid, occupancy, chunk_programs):
+    """request_cap_device within the stage-1 grid's chunk axis (`chunk_programs` programs per
+    request and head tile): a request never takes more chunks than the axis has programs."""
+    return tl.minimum(request_cap_device(length, total, grid, occupancy), chunk_programs)
 
 
 @triton.jit
@@ -117,7 +124,7 @@ def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, blo
 
 # Runtime flags, and the per-program scalars that Triton need not specialize (triton_common)
 @triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B",
-                             *tc.LSE_STRIDES])
+                             "chunk_programs", *tc.LSE_STRIDES])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -129,7 +136,7 @@ def _adaptive_stage1(
     Lse, stride_lseb, stride_lseh,
     Sinks, v_scale, has_sinks, store_lse,
     group, heads_per_tile, tiles_per_kv,
-    qk_scale, softcap, visible, grid, occupancy, B, pdl_early,
+    qk_scale, softcap, visible, grid, occupancy, B, pdl_early, chunk_programs,
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -145,7 +152,8 @@ def _adaptive_stage1(
     vis_start = tl.maximum(L - visible, 0)
     L_vis = L - vis_start
     total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
-    n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
+    n = chunk_count_device(L_vis, axis_cap_device(L_vis, total, grid, occupancy, chunk_programs), MIN_CHUNK,
+                           CHUNK_BLOCK)
     if chunk < tl.maximum(n, 1):
         # A request of one chunk (or none: an empty range) is finished here, out and lse
         # written directly (no partial; stage 2 skips the row). Otherwise chunk `chunk` of n.
@@ -169,10 +177,10 @@ def _adaptive_stage1(
     tc.allow_dependents(PDL, pdl_early == 0)
 
 
-@triton.jit(do_not_specialize=["has_sinks", "store_lse", "visible", "grid", "occupancy", "B",
+@triton.jit(do_not_specialize=["has_sinks", "store_lse", "visible", "grid", "occupancy", "B", "chunk_programs",
                              *tc.LSE_STRIDES])
 def _adaptive_stage2(
-    kv_indptr, visible, grid, occupancy, B,
+    kv_indptr, visible, grid, occupancy, B, chunk_programs,
     Part, stride_pb, stride_ph, stride_ps,
     PartLse, stride_lb, stride_lh,
     Out, stride_ob, stride_oh, stride_od,
@@ -187,7 +195,8 @@ def _adaptive_stage2(
     L = tl.load(kv_indptr + b + 1) - tl.load(kv_indptr + b)
     L_vis = L - tl.maximum(L - visible, 0)
     total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
-    n = chunk_count_device(L_vis, request_cap_device(L_vis, total, grid, occupancy), MIN_CHUNK, CHUNK_BLOCK)
+    n = chunk_count_device(L_vis, axis_cap_device(L_vis, total, grid, occupancy, chunk_programs), MIN_CHUNK,
+                           CHUNK_BLOCK)
     tc.wait_for_primary(PDL)
     if n >= 2:  # rows of 0 or 1 chunk were finished in stage 1
         tc.stage2_row(b, h, n, tl.program_id(2) * SLICE_DV,
@@ -257,6 +266,7 @@ def decode_attention_adaptive(
     partials: Optional[torch.Tensor] = None, partial_lse: Optional[torch.Tensor] = None,
     block_n: Optional[int] = None, num_warps: Optional[int] = None, num_stages: Optional[int] = None,
     fp8_mma: bool = False, max_visible: Optional[int] = None, stage2_slices: Optional[int] = None,
+    planned_seq_lens: Optional[Sequence[int]] = None,
 ) -> None:
     """Adaptive split-K decode attention; same tensors as `fixed_split.decode_attention_fixed`.
 
@@ -274,10 +284,16 @@ def decode_attention_adaptive(
     chunk axis then stops at the chunk count of a request that long, and when no request can
     take two chunks (max_visible < 2 x min_chunk, or a budget of one) stage 2 is not
     launched: each request is finished in stage 1 (one chunk, or none, takes the direct path
-    on the device either way). A request past the bound would be computed only in part:
-    leave it unset when there is no bound.
+    on the device either way). A request past the bound is still computed in full, in no
+    more chunks than the axis has programs (fewer, longer ones: slower, not wrong).
     stage2_slices: stage-2 programs per (request, head), each merging a slice of the output
     columns (default `tc.stage2_slices`).
+    planned_seq_lens: the cache lengths (before the window) this launch is sized for, when the
+    caller knows them (a plan, or an eager call): stage 1 then launches as many programs per
+    request and head tile as the most chunks one of them takes, not one per chunk the budget
+    allows (the partials keep room for those). Other lengths (a graph's replays) stay right:
+    a request is then cut into at most that many chunks, longer ones. A chunk axis sized for
+    the budget was mostly programs with nothing to do (32 x 8k: 16384 launched, 1280 with work).
     """
     B, Hq, Hkv, Dk, Dv = tc.check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks)
     if splits is None or occupancy is None:
@@ -292,18 +308,25 @@ def decode_attention_adaptive(
     ctx = tc.split_k_setup(q, k_cache, v_cache, block_n, num_warps, num_stages, fp8_mma=fp8_mma)
     tiling, dims, block_n = ctx.tiling, ctx.dims, ctx.block_n
     grid_chunks = chunk_axis(q, k_cache, v_cache, S, max_visible, min_chunk, block_n)
+    programs = grid_chunks  # stage 1's chunk axis; the partials keep grid_chunks
+    if planned_seq_lens is not None:
+        lens = [int(x) for x in planned_seq_lens]
+        if len(lens) != B:
+            raise ValueError(f"planned_seq_lens: expected {B} lengths (the batch), got {len(lens)}")
+        programs = min(grid_chunks, split_rule.most_chunks(kv_layout.visible_lengths(lens, window), sum(lens), S,
+                                                           occupancy, min_chunk, block_n))
     partials, partial_lse = tc.split_k_scratch(q, partials, partial_lse, workspace_shapes(B, Hq, Dv, grid_chunks))
     merge = grid_chunks >= 2  # else every request is finished in stage 1
     pdl = tc.dependent_launch(q)  # stage 1 takes the flag whether or not stage 2 follows: one variant
     slices = (stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)) if merge else 0
-    early = merge and pdl and trigger_early(B * tiling["kv_head_tiles"] * grid_chunks, B * Hq * slices,
+    early = merge and pdl and trigger_early(B * tiling["kv_head_tiles"] * programs, B * Hq * slices,
                                             split_rule.launch_shape(Dk, Dv < Dk, k_cache.element_size(), fp8_mma)[0]
                                             * split_rule.num_sms(q.device))
     visible = tc.visible_arg(window)
     outputs = tc.output_args(out, lse, sinks, v_scale, partial_lse)
-    _adaptive_stage1[(B, tiling["kv_head_tiles"], grid_chunks)](
+    _adaptive_stage1[(B, tiling["kv_head_tiles"], programs)](
         *tc.cache_args(q, ctx, kv_indptr, kv_indices), *tc.partial_args(partials, partial_lse), *outputs,
-        *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, int(early),
+        *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, int(early), programs,
         **tc.stage1_constexprs(ctx, softcap),
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl))
     if not merge:
@@ -311,7 +334,7 @@ def decode_attention_adaptive(
     slice_dv = dims["BLOCK_DV"] // slices
     tile = tc.split_tile(grid_chunks, slice_dv)
     _adaptive_stage2[(B, Hq, slices)](
-        kv_indptr, visible, S, occupancy, B, *tc.partial_args(partials, partial_lse), *outputs,
+        kv_indptr, visible, S, occupancy, B, programs, *tc.partial_args(partials, partial_lse), *outputs,
         DV=Dv, SPLIT_TILE=tile, SLICE_DV=slice_dv, SMALL_TILE=min(tile, tc.STAGE2_SMALL_TILE),
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, PDL=int(pdl),
         num_warps=4 if tile * slice_dv <= 4096 else 8, num_stages=1, **({"launch_pdl": True} if pdl else {}))
@@ -349,7 +372,7 @@ class AdaptiveSplitKernel:
         shapes = workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, chunks)
         return plan_launch(batch, "adaptive_split", shapes, decode_attention_adaptive, splits=S, occupancy=occ,
                            min_chunk=self.min_chunk, block_n=self.block_n, fp8_mma=self.fp8_mma,
-                           max_visible=longest)
+                           max_visible=longest, planned_seq_lens=tuple(batch.seq_lens_host))
 
 
 class AdaptiveSplitFp8MmaKernel(AdaptiveSplitKernel):

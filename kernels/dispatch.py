@@ -141,7 +141,7 @@ def decode(q, k_cache, v_cache, kv_indptr, kv_indices, out, *, sm_scale: float, 
         bound = None if capturing else gate_lengths["max_len"]
         decode_attention_adaptive(q, k_cache, v_cache, kv_indptr, kv_indices, out, sm_scale=sm_scale, lse=lse,
                                   k_scale=k_scale, v_scale=v_scale, softcap=softcap, sinks=sinks, window=window,
-                                  max_visible=bound)
+                                  max_visible=bound, planned_seq_lens=None if capturing else lengths)
     return path
 
 

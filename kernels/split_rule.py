@@ -213,6 +213,14 @@ def chunk_count_for_cap(length: int, cap: int, min_chunk: int = MIN_CHUNK, block
     return min(by_length, cap, _cdiv(length, block))
 
 
+def most_chunks(visible_lengths, total: int, grid: int, occupancy: int, min_chunk: int = MIN_CHUNK,
+                block: int = KEY_BLOCK) -> int:
+    """The largest chunk count in a batch of these visible lengths whose cache lengths sum to
+    `total` (what the device computes per request), at least 1."""
+    return max([1] + [chunk_count_for_cap(v, request_cap(v, total, grid, occupancy), min_chunk, block)
+                      for v in visible_lengths])
+
+
 def chunk_count(length: int, batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = MAX_SPLITS,
                 min_chunk: int = MIN_CHUNK, block: int = KEY_BLOCK, total: int | None = None,
                 programs_per_sm: int = PROGRAMS_PER_SM) -> int:

@@ -39,8 +39,9 @@ def _adaptive():
     return adaptive_split, ("cuda" if on_gpu else "cpu")
 
 
-def _run(case, **kw):
-    """Launch decode_attention_adaptive directly with `kw`; returns (verdict, stage-2 launches)."""
+def _run(case, drop_stage2=False, **kw):
+    """Launch decode_attention_adaptive directly with `kw`; returns (verdict, stage-2 launches).
+    drop_stage2: a planted bug, stage 2 recorded but never launched."""
     mod, device = _adaptive()
     kernel = mod.AdaptiveSplitKernel()
     batch = prepare(kernel, case, device)
@@ -51,7 +52,7 @@ def _run(case, **kw):
     class Counting:
         def __getitem__(self, grid):
             launches.append(grid)
-            return stage2[grid]
+            return (lambda *a, **k: None) if drop_stage2 else stage2[grid]
 
     mod._adaptive_stage2 = Counting()
     try:
@@ -92,10 +93,18 @@ def test_no_stage2_when_no_request_takes_two_chunks():
 
 def test_a_broken_bound_is_caught():
     """The planted bug the previous test guards against: stage 2 left out while a request needs
-    it (a bound below the 1500-key request). Its row is never merged, and the judge fails it."""
+    it. Its row is never merged, and the judge fails it."""
+    v, launches = _run(MIXED, drop_stage2=True, max_visible=1500)
+    assert len(launches) == 1
+    assert not v.passed
+
+
+def test_a_request_past_the_bound_is_still_computed():
+    """A bound below the 1500-key request: the chunk axis has one program per request and head
+    tile, so that request is finished in one chunk by stage 1 (slower, still right)."""
     v, launches = _run(MIXED, max_visible=255)
     assert launches == []
-    assert not v.passed
+    assert v.passed, v.summary()
 
 
 # One request of 9000 keys under a budget of 128: 70 chunks, more than one 64-partial round.
@@ -111,3 +120,19 @@ def test_more_than_64_partials_merge_in_one_round(slices):
     v, launches = _run(LONG, splits=128, occupancy=128, stage2_slices=slices)
     assert v.passed, v.summary()
     assert [g[2] for g in launches] == [slices]
+
+
+def test_a_chunk_axis_sized_for_short_requests_still_serves_long_ones():
+    """Sized for short requests (one chunk each: one program per request and head tile), then
+    launched on MIXED: the 1500-key request is cut into as many chunks as the axis has
+    programs (one: finished in stage 1), not the 11 its length allows."""
+    mod, _ = _adaptive()
+    assert mod.split_rule.most_chunks([100] * 4, 400, 82, 1, 128, 64) == 1
+    v, launches = _run(MIXED, max_visible=1500, planned_seq_lens=(100, 100, 100, 100))
+    assert v.passed, v.summary()
+    assert len(launches) == 1
+
+
+def test_planned_lengths_must_match_the_batch():
+    with pytest.raises(ValueError, match="planned_seq_lens: expected 4 lengths"):
+        _run(MIXED, planned_seq_lens=(100, 100))
