@@ -20,6 +20,7 @@ from decode_conformance.runner import prepare, yardstick  # noqa: E402
 # both paths in one batch, with sinks and the LSE.
 MIXED = Case(kv_dtype="bf16", num_q_heads=8, num_kv_heads=2, head_dim=64, seq_lens=(0, 1, 200, 1500),
              page_size=16, sinks=True, seed=5)
+_MOD = None  # test_a_request_past_the_axis_is_caught: the module its planted helper calls into
 SHORT = MIXED.replace(seq_lens=(0, 1, 200, 255), seed=6)  # none takes two chunks (< 2 x 128 keys)
 
 
@@ -131,6 +132,27 @@ def test_a_chunk_axis_sized_for_short_requests_still_serves_long_ones():
     v, launches = _run(MIXED, max_visible=1500, planned_seq_lens=(100, 100, 100, 100))
     assert v.passed, v.summary()
     assert len(launches) == 1
+
+
+def test_a_request_past_the_axis_is_caught(monkeypatch):
+    """The planted bug the previous test guards against: the cap not held to the chunk axis, so
+    the 1500-key request counts 11 chunks of which only the first is launched; the judge fails
+    it. Planted through the interpreter's late binding of the kernel's helper (CPU only)."""
+    mod, device = _adaptive()
+    if device != "cpu":
+        pytest.skip("planted through the CPU interpreter")
+    import triton
+
+    global _MOD  # the interpreter resolves a helper's names in its module's globals
+    _MOD = mod
+
+    @triton.jit
+    def cap_ignoring_the_axis(length, total, grid, occupancy, chunk_programs):
+        return _MOD.request_cap_device(length, total, grid, occupancy)
+
+    monkeypatch.setattr(mod, "axis_cap_device", cap_ignoring_the_axis)
+    v, _ = _run(MIXED, max_visible=1500, planned_seq_lens=(100, 100, 100, 100))
+    assert not v.passed
 
 
 def test_planned_lengths_must_match_the_batch():
