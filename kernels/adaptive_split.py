@@ -124,7 +124,7 @@ def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, blo
 
 # Runtime flags, and the per-program scalars that Triton need not specialize (triton_common)
 @triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B",
-                             "chunk_programs", *tc.LSE_STRIDES])
+                             *tc.LSE_STRIDES])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -136,7 +136,7 @@ def _adaptive_stage1(
     Lse, stride_lseb, stride_lseh,
     Sinks, v_scale, has_sinks, store_lse,
     group, heads_per_tile, tiles_per_kv,
-    qk_scale, softcap, visible, grid, occupancy, B, pdl_early, chunk_programs,
+    qk_scale, softcap, visible, grid, occupancy, B, pdl_early,
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -152,7 +152,8 @@ def _adaptive_stage1(
     vis_start = tl.maximum(L - visible, 0)
     L_vis = L - vis_start
     total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
-    n = chunk_count_device(L_vis, axis_cap_device(L_vis, total, grid, occupancy, chunk_programs), MIN_CHUNK,
+    # the grid's chunk axis is stage 2's chunk_programs (a special register, not a parameter)
+    n = chunk_count_device(L_vis, axis_cap_device(L_vis, total, grid, occupancy, tl.num_programs(2)), MIN_CHUNK,
                            CHUNK_BLOCK)
     if chunk < tl.maximum(n, 1):
         # A request of one chunk (or none: an empty range) is finished here, out and lse
@@ -326,7 +327,7 @@ def decode_attention_adaptive(
     outputs = tc.output_args(out, lse, sinks, v_scale, partial_lse)
     _adaptive_stage1[(B, tiling["kv_head_tiles"], programs)](
         *tc.cache_args(q, ctx, kv_indptr, kv_indices), *tc.partial_args(partials, partial_lse), *outputs,
-        *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, int(early), programs,
+        *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, int(early),
         **tc.stage1_constexprs(ctx, softcap),
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl))
     if not merge:
