@@ -47,19 +47,20 @@ def chunk_count_device(length, cap, MIN_CHUNK: tl.constexpr, BLOCK: tl.constexpr
 
 
 @triton.jit
-def request_cap_device(length, total, grid, occupancy):
-    """Mirror of split_rule.request_cap: min(grid, max(occupancy, floor(grid * length / total)))
-    (int64 products: a 2^31-key batch times a 128-chunk budget)."""
-    # (no .to() on grid / occupancy: an int argument equal to 1 arrives as a constexpr)
+def axis_cap_device(length, total, grid, occupancy, ceiling):
+    """Mirror of min(split_rule.request_cap, ceiling): min(ceiling, max(occupancy, floor(grid *
+    length / total))), with ceiling = min(grid, the stage-1 chunk axis) from the host (int64
+    products: a 2^31-key batch times a 128-chunk budget). The axis bound takes the place of the
+    grid's in the one `min`: as a second `min` it cost stage 1 10 registers (s23)."""
+    # (no .to() on grid / occupancy / ceiling: an int argument equal to 1 arrives as a constexpr)
     share = (length.to(tl.int64) * grid) // tl.maximum(total, 1).to(tl.int64)
-    return tl.minimum(tl.maximum(share, occupancy), grid).to(tl.int32)
+    return tl.minimum(tl.maximum(share, occupancy), ceiling).to(tl.int32)
 
 
 @triton.jit
-def axis_cap_device(length, total, grid, occupancy, chunk_programs):
-    """request_cap_device within the stage-1 grid's chunk axis (`chunk_programs` programs per
-    request and head tile): a request never takes more chunks than the axis has programs."""
-    return tl.minimum(request_cap_device(length, total, grid, occupancy), chunk_programs)
+def request_cap_device(length, total, grid, occupancy):
+    """Mirror of split_rule.request_cap: min(grid, max(occupancy, floor(grid * length / total)))."""
+    return axis_cap_device(length, total, grid, occupancy, grid)
 
 
 @triton.jit
@@ -124,7 +125,7 @@ def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, blo
 
 # Runtime flags, and the per-program scalars that Triton need not specialize (triton_common)
 @triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B",
-                             *tc.LSE_STRIDES])
+                             "ceiling", *tc.LSE_STRIDES])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -136,7 +137,7 @@ def _adaptive_stage1(
     Lse, stride_lseb, stride_lseh,
     Sinks, v_scale, has_sinks, store_lse,
     group, heads_per_tile, tiles_per_kv,
-    qk_scale, softcap, visible, grid, occupancy, B, pdl_early,
+    qk_scale, softcap, visible, grid, occupancy, B, ceiling, pdl_early,
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -152,8 +153,7 @@ def _adaptive_stage1(
     vis_start = tl.maximum(L - visible, 0)
     L_vis = L - vis_start
     total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
-    # the grid's chunk axis is stage 2's chunk_programs (a special register, not a parameter)
-    n = chunk_count_device(L_vis, axis_cap_device(L_vis, total, grid, occupancy, tl.num_programs(2)), MIN_CHUNK,
+    n = chunk_count_device(L_vis, axis_cap_device(L_vis, total, grid, occupancy, ceiling), MIN_CHUNK,
                            CHUNK_BLOCK)
     if chunk < tl.maximum(n, 1):
         # A request of one chunk (or none: an empty range) is finished here, out and lse
@@ -178,10 +178,10 @@ def _adaptive_stage1(
     tc.allow_dependents(PDL, pdl_early == 0)
 
 
-@triton.jit(do_not_specialize=["has_sinks", "store_lse", "visible", "grid", "occupancy", "B", "chunk_programs",
+@triton.jit(do_not_specialize=["has_sinks", "store_lse", "visible", "grid", "occupancy", "B", "ceiling",
                              *tc.LSE_STRIDES])
 def _adaptive_stage2(
-    kv_indptr, visible, grid, occupancy, B, chunk_programs,
+    kv_indptr, visible, grid, occupancy, B, ceiling,
     Part, stride_pb, stride_ph, stride_ps,
     PartLse, stride_lb, stride_lh,
     Out, stride_ob, stride_oh, stride_od,
@@ -196,7 +196,7 @@ def _adaptive_stage2(
     L = tl.load(kv_indptr + b + 1) - tl.load(kv_indptr + b)
     L_vis = L - tl.maximum(L - visible, 0)
     total = tl.load(kv_indptr + B) - tl.load(kv_indptr)
-    n = chunk_count_device(L_vis, axis_cap_device(L_vis, total, grid, occupancy, chunk_programs), MIN_CHUNK,
+    n = chunk_count_device(L_vis, axis_cap_device(L_vis, total, grid, occupancy, ceiling), MIN_CHUNK,
                            CHUNK_BLOCK)
     tc.wait_for_primary(PDL)
     if n >= 2:  # rows of 0 or 1 chunk were finished in stage 1
@@ -327,7 +327,7 @@ def decode_attention_adaptive(
     outputs = tc.output_args(out, lse, sinks, v_scale, partial_lse)
     _adaptive_stage1[(B, tiling["kv_head_tiles"], programs)](
         *tc.cache_args(q, ctx, kv_indptr, kv_indices), *tc.partial_args(partials, partial_lse), *outputs,
-        *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, int(early),
+        *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, min(S, programs), int(early),
         **tc.stage1_constexprs(ctx, softcap),
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl))
     if not merge:
@@ -335,7 +335,7 @@ def decode_attention_adaptive(
     slice_dv = dims["BLOCK_DV"] // slices
     tile = tc.split_tile(grid_chunks, slice_dv)
     _adaptive_stage2[(B, Hq, slices)](
-        kv_indptr, visible, S, occupancy, B, programs, *tc.partial_args(partials, partial_lse), *outputs,
+        kv_indptr, visible, S, occupancy, B, min(S, programs), *tc.partial_args(partials, partial_lse), *outputs,
         DV=Dv, SPLIT_TILE=tile, SLICE_DV=slice_dv, SMALL_TILE=min(tile, tc.STAGE2_SMALL_TILE),
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, PDL=int(pdl),
         num_warps=4 if tile * slice_dv <= 4096 else 8, num_stages=1, **({"launch_pdl": True} if pdl else {}))

@@ -147,8 +147,9 @@ def test_a_request_past_the_axis_is_caught(monkeypatch):
     _MOD = mod
 
     @triton.jit
-    def cap_ignoring_the_axis(length, total, grid, occupancy, chunk_programs):
-        return _MOD.request_cap_device(length, total, grid, occupancy)
+    def cap_ignoring_the_axis(length, total, grid, occupancy, ceiling):
+        share = (length.to(_MOD.tl.int64) * grid) // _MOD.tl.maximum(total, 1).to(_MOD.tl.int64)
+        return _MOD.tl.minimum(_MOD.tl.maximum(share, occupancy), grid).to(_MOD.tl.int32)
 
     monkeypatch.setattr(mod, "axis_cap_device", cap_ignoring_the_axis)
     v, _ = _run(MIXED, max_visible=1500, planned_seq_lens=(100, 100, 100, 100))

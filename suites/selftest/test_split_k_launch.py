@@ -50,8 +50,9 @@ def test_kv_bytes_is_checked():
 # Written out here, not read from tc.LSE_STRIDES: the test names what it expects.
 LSE_STRIDES = ("stride_lb", "stride_lh", "stride_lseb", "stride_lseh")  # partial and final LSE
 UNSPECIALIZED = {
-    "_adaptive_stage1": {"has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B", *LSE_STRIDES},
-    "_adaptive_stage2": {"has_sinks", "store_lse", "visible", "grid", "occupancy", "B", "chunk_programs",
+    "_adaptive_stage1": {"has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B", "ceiling",
+                         *LSE_STRIDES},
+    "_adaptive_stage2": {"has_sinks", "store_lse", "visible", "grid", "occupancy", "B", "ceiling",
                          *LSE_STRIDES},
     "_fixed_stage1": {"visible", "num_splits", "stride_lb", "stride_lh"},
     "_fixed_stage2": {"has_sinks", "store_lse", "visible", "num_splits", *LSE_STRIDES},
