@@ -51,7 +51,8 @@ def axis_cap_device(length, total, grid, occupancy, ceiling):
     """Mirror of min(split_rule.request_cap, ceiling): min(ceiling, max(occupancy, floor(grid *
     length / total))), with ceiling = min(grid, the stage-1 chunk axis) from the host (int64
     products: a 2^31-key batch times a 128-chunk budget). The axis bound takes the place of the
-    grid's in the one `min`: as a second `min` it cost stage 1 10 registers (s23)."""
+    grid's in the one `min`: as a second `min` it took bf16 32/8/128 stage 1 from 96 registers
+    to 106, one program per SM fewer (docs/gpu-runs/2026-12-03-h200-s23; folded: 96, s24)."""
     # (no .to() on grid / occupancy / ceiling: an int argument equal to 1 arrives as a constexpr)
     share = (length.to(tl.int64) * grid) // tl.maximum(total, 1).to(tl.int64)
     return tl.minimum(tl.maximum(share, occupancy), ceiling).to(tl.int32)
