@@ -347,7 +347,15 @@ CAPS = SPLIT_K_CAPS
 
 class AdaptiveSplitKernel:
     """Adapter for the suite. The chunk budget is `split_rule.grid_splits` for the batch's
-    size, head tiling and the device's SM count; batch.num_splits, when set, caps it."""
+    size, head tiling and the device's SM count; batch.num_splits, when set, caps it.
+
+    sized_for_lengths=False launches as dispatch does under CUDA-graph capture (and as a
+    caller of `decode_attention_adaptive` that passes neither `max_visible` nor
+    `planned_seq_lens`): the chunk axis and the partials at the budget, every request's chunk
+    count left to the device. A plan sized for its lengths bounds both stages' counts by the
+    longest request's, which hides a stage-2 count that disagrees with stage 1's on every
+    planned launch (vLLM #47188 in fixtures/mutants.toml); this configuration is where such
+    a count shows on a CPU (registry `adaptive_split_graph`, opt-in)."""
 
     name = "adaptive_split"
     caps = CAPS
@@ -355,11 +363,15 @@ class AdaptiveSplitKernel:
     fp8_mma = False
 
     def __init__(self, num_sms: Optional[int] = None, max_splits: Optional[int] = None,
-                 min_chunk: int = split_rule.MIN_CHUNK, block_n: Optional[int] = None):
+                 min_chunk: int = split_rule.MIN_CHUNK, block_n: Optional[int] = None,
+                 sized_for_lengths: bool = True):
         self.num_sms = num_sms
         self.max_splits = max_splits
         self.min_chunk = min_chunk
         self.block_n = block_n
+        self.sized_for_lengths = sized_for_lengths
+        if not sized_for_lengths:
+            self.name = f"{type(self).name}_graph"
 
     def plan(self, batch):
         cap = batch.num_splits or self.max_splits
@@ -370,11 +382,12 @@ class AdaptiveSplitKernel:
         # capacity its graph serves): the grid's chunk axis and the partials stop at the
         # longest one's chunk count, and stage 2 is not launched when none can take two chunks.
         longest = max(kv_layout.visible_lengths(batch.seq_lens_host, batch.window), default=0)
-        chunks = chunk_axis(batch.q, batch.k_cache, batch.v_cache, S, longest, self.min_chunk, self.block_n)
+        bound = longest if self.sized_for_lengths else None
+        chunks = chunk_axis(batch.q, batch.k_cache, batch.v_cache, S, bound, self.min_chunk, self.block_n)
         shapes = workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, chunks)
         return plan_launch(batch, "adaptive_split", shapes, decode_attention_adaptive, splits=S, occupancy=occ,
-                           min_chunk=self.min_chunk, block_n=self.block_n, fp8_mma=self.fp8_mma,
-                           max_visible=longest, planned_seq_lens=tuple(batch.seq_lens_host))
+                           min_chunk=self.min_chunk, block_n=self.block_n, fp8_mma=self.fp8_mma, max_visible=bound,
+                           planned_seq_lens=tuple(batch.seq_lens_host) if self.sized_for_lengths else None)
 
 
 class AdaptiveSplitFp8MmaKernel(AdaptiveSplitKernel):

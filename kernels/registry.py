@@ -14,6 +14,12 @@ def adaptive_split():
     return AdaptiveSplitKernel()
 
 
+def adaptive_split_graph():
+    """adaptive_split launched as under CUDA-graph capture: no lengths known to the plan (opt-in)."""
+    from .adaptive_split import AdaptiveSplitKernel
+    return AdaptiveSplitKernel(sized_for_lengths=False)
+
+
 def adaptive_split_fp8mma():
     from .adaptive_split import AdaptiveSplitFp8MmaKernel
     return AdaptiveSplitFp8MmaKernel()
