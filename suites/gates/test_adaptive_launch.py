@@ -159,3 +159,50 @@ def test_a_request_past_the_axis_is_caught(monkeypatch):
 def test_planned_lengths_must_match_the_batch():
     with pytest.raises(ValueError, match="planned_seq_lens: expected 4 lengths"):
         _run(MIXED, planned_seq_lens=(100, 100))
+
+
+# A windowed batch: both requests see 300 keys, one of them out of 2000 (the vllm47188 shape).
+WINDOWED = Case(kv_dtype="bf16", num_q_heads=8, num_kv_heads=4, head_dim=64, seq_lens=(2000, 700), window=300,
+                page_size=16, seed=8)
+
+
+def _planned_axis(sized_for_lengths):
+    """(verdict, stage-1 chunk axis) of AdaptiveSplitKernel(sized_for_lengths=...) on WINDOWED."""
+    mod, device = _adaptive()
+    kernel = mod.AdaptiveSplitKernel(sized_for_lengths=sized_for_lengths)
+    batch = prepare(kernel, WINDOWED, device)
+    ref, tier = yardstick(kernel, WINDOWED, batch)
+    grids, stage1 = [], mod._adaptive_stage1
+
+    class Recording:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return stage1[grid]
+
+    mod._adaptive_stage1 = Recording()
+    try:
+        kernel.plan(batch)()
+    finally:
+        mod._adaptive_stage1 = stage1
+    if device == "cuda":
+        torch.cuda.synchronize()
+    v = judge(WINDOWED, batch.out, batch.lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lses, batch.sinks,
+              lse_slack=tier.lse_slack)
+    return v, kernel, [g[2] for g in grids]
+
+
+def test_the_graph_configuration_launches_the_budget():
+    """adaptive_split_graph (registry; what dispatch launches under CUDA-graph capture) plans
+    for no lengths: its chunk axis is the whole budget, where the default stops at the longest
+    visible request's count. Both are right. The mutant that measures a stage-2 count from the
+    full length (fixtures/mutants.toml, adaptive_stage2_ignores_window) is killed only on the
+    former: on the latter the axis bounds both stages' counts alike."""
+    mod, _ = _adaptive()
+    v_sized, sized, sized_axis = _planned_axis(True)
+    v_graph, graph, graph_axis = _planned_axis(False)
+    assert v_sized.passed, v_sized.summary()
+    assert v_graph.passed, v_graph.summary()
+    assert (sized.name, graph.name) == ("adaptive_split", "adaptive_split_graph")
+    budget, _ = mod.plan_splits(2, 8, 4, device=_adaptive()[1], head_dim=64, kv_bytes=2)
+    assert graph_axis == [budget]
+    assert sized_axis[0] < budget, (sized_axis, budget)
