@@ -11,10 +11,11 @@ nothing when its chunk is past the end: no host sync, so one captured CUDA graph
 length. A request of one chunk (or none) is finished in stage 1: out and lse written there,
 no partial round trip (the direct path).
 Stage 2, grid (B, Hq, column slices): recomputes the count, leaves rows of fewer than two
-chunks alone and merges the others SPLIT_TILE partials per step (the budget rounded up to a
-power of two, <= 128 partials and <= 8192 fp32 elements); a batch with fewer rows than SMs
-cuts the columns into slices (`triton_common.stage2_slices`). When the host knows no request
-can take two chunks, stage 2 is not launched. On NVIDIA sm_90+ stage 2 is a programmatic
+chunks alone and merges the others SPLIT_TILE partials per step (the most chunks a request of
+the launch can take, at least 8, rounded up to a power of two, <= 128 partials and <= 8192 fp32
+elements); a batch with fewer rows than SMs cuts the columns into slices
+(`triton_common.stage2_slices`). When the host knows no request can take two chunks, stage 2
+is not launched. On NVIDIA sm_90+ stage 2 is a programmatic
 dependent launch: its programs wait on the SMs for stage 1 to finish (`tc.wait_for_primary`)
 instead of being launched after it.
 
@@ -293,7 +294,8 @@ def decode_attention_adaptive(
     planned_seq_lens: the cache lengths (before the window) this launch is sized for, when the
     caller knows them (a plan, or an eager call): stage 1 then launches as many programs per
     request and head tile as the most chunks one of them takes, not one per chunk the budget
-    allows (the partials keep room for those). Other lengths (a graph's replays) stay right:
+    allows (the partials keep room for those), and stage 2 is launched only when one of them
+    takes two or more, with a tile for that many. Other lengths (a graph's replays) stay right:
     a request is then cut into at most that many chunks, longer ones. A chunk axis sized for
     the budget was mostly programs with nothing to do (32 x 8k: 16384 launched, 1280 with work).
     """
@@ -318,7 +320,14 @@ def decode_attention_adaptive(
         programs = min(grid_chunks, split_rule.most_chunks(kv_layout.visible_lengths(lens, window), sum(lens), S,
                                                            occupancy, min_chunk, block_n))
     partials, partial_lse = tc.split_k_scratch(q, partials, partial_lse, workspace_shapes(B, Hq, Dv, grid_chunks))
-    merge = grid_chunks >= 2  # else every request is finished in stage 1
+    # No request of any launch of these buffers takes more chunks than stage 1 has programs (the
+    # device's cap stops at the `ceiling` min(S, programs)), so stage 2 and its tile follow the
+    # programs, not the partials' room. A plan whose requests all take one chunk launches no
+    # stage 2 (docs/gpu-runs/2026-12-04-h200-s24, s24-7, 32/8/128 b64-2k, one chunk each: 130.8
+    # and 130.6 us with a stage 2 that has nothing to merge, 127.7 with a budget of one, which
+    # launches none); one of at most 8 chunks merges with the 8-wide tile alone (sized for the
+    # partials' 64 at b32-8k, stage 2 ran 8-warp programs in two waves: 14.5 us in s24-6).
+    merge = programs >= 2  # else every request is finished in stage 1
     pdl = tc.dependent_launch(q)  # stage 1 takes the flag whether or not stage 2 follows: one variant
     slices = (stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)) if merge else 0
     early = merge and pdl and trigger_early(B * tiling["kv_head_tiles"] * programs, B * Hq * slices,
@@ -334,7 +343,7 @@ def decode_attention_adaptive(
     if not merge:
         return
     slice_dv = dims["BLOCK_DV"] // slices
-    tile = tc.split_tile(grid_chunks, slice_dv)
+    tile = tc.split_tile(max(programs, tc.STAGE2_SMALL_TILE), slice_dv)  # counts <= 8: the 8-wide tile, as before
     _adaptive_stage2[(B, Hq, slices)](
         kv_indptr, visible, S, occupancy, B, min(S, programs), *tc.partial_args(partials, partial_lse), *outputs,
         DV=Dv, SPLIT_TILE=tile, SLICE_DV=slice_dv, SMALL_TILE=min(tile, tc.STAGE2_SMALL_TILE),

@@ -124,14 +124,14 @@ def test_more_than_64_partials_merge_in_one_round(slices):
 
 
 def test_a_chunk_axis_sized_for_short_requests_still_serves_long_ones():
-    """Sized for short requests (one chunk each: one program per request and head tile), then
-    launched on MIXED: the 1500-key request is cut into as many chunks as the axis has
-    programs (one: finished in stage 1), not the 11 its length allows."""
+    """Sized for short requests (one chunk each: one program per request and head tile, and no
+    stage 2), then launched on MIXED: the 1500-key request is cut into as many chunks as the
+    axis has programs (one: finished in stage 1), not the 11 its length allows."""
     mod, _ = _adaptive()
     assert mod.split_rule.most_chunks([100] * 4, 400, 82, 1, 128, 64) == 1
     v, launches = _run(MIXED, max_visible=1500, planned_seq_lens=(100, 100, 100, 100))
     assert v.passed, v.summary()
-    assert len(launches) == 1
+    assert launches == []
 
 
 def test_a_request_past_the_axis_is_caught(monkeypatch):
