@@ -2,6 +2,8 @@
 
     python benchmarks/sweep.py split --out results/   # adaptive split-K vs fixed-split vs SDPA, uniform lengths
     python benchmarks/sweep.py lean  --out results/   # Lean vs adaptive split-K, uniform and ragged batches
+    python benchmarks/sweep.py chunks --out results/  # the split rule's chunk count vs exact counts and wider blocks
+    python benchmarks/sweep.py chunks --dry-run       # no GPU: the cells, variants and the chunk counts each launches
 
 Writes <out>/<sweep>.json (every cell, with versions and the measured copy bandwidth) and
 <out>/<sweep>.md (the table). Each kernel output is checked against torch SDPA (or the
@@ -32,13 +34,25 @@ from decode_conformance.batch import Workspace  # noqa: E402
 from decode_conformance.cases import Case  # noqa: E402
 from decode_conformance.metrics import cosine  # noqa: E402
 from decode_conformance.runner import prepare  # noqa: E402
-from decode_conformance_kernels import registry  # noqa: E402
+from decode_conformance_kernels import kv_layout, registry, split_rule  # noqa: E402
 
 SPLIT_SHAPES = [(32, 8, 128), (16, 2, 256)]
 SPLIT_BATCHES = [1, 4, 16, 32]
 SPLIT_CTX = [1024, 4096, 16384, 65536, 131072]
 MLA = (128, 1, 576, 512)
 MLA_BATCHES = [1, 8, 32]
+
+# The chunks sweep: batches whose stage-1 programs per chunk are a large share of a wave, where
+# the rule's count is small and often decided by its wave-fill raise (`split_rule.occupancy_splits`).
+CHUNK_SHAPES = [(32, 8, 128), (16, 2, 256)]
+CHUNK_BATCHES = [8, 16, 24, 32, 48, 64, 96, 128]
+CHUNK_CTX = [2048, 4096, 8192, 16384, 32768]
+CHUNK_MAX_KEYS = 2 ** 19  # batch x ctx per cell: 2 GiB of bf16 K/V at 32/8/128
+CHUNK_COUNTS = (1, 2, 3, 4, 5, 6, 8)
+# One and two chunks again with 128-key blocks, at head dims up to 128 (s24-7, 32/8/128 b32-8k:
+# one chunk of 64-key blocks ran 12 % slower than the rule, of 128-key blocks 6 % faster; at
+# 16/2/256 the 128-key block ran 1.8x the rule).
+CHUNK_WIDE_BLOCK = 128
 
 LEAN_SHAPES = [(32, 8, 128), (28, 4, 128)]
 LEAN_BATCHES = [1, 8, 16, 32]
@@ -209,14 +223,177 @@ def lean_sweep(reps, tbs, quick=False, deadline=float("inf")):
     return _measure_cells(cells, deadline, describe, measure)
 
 
+class ForcedChunks:
+    """`adaptive_split` with the rule bypassed: every request cut into exactly `chunks` chunks
+    (fewer only where it has fewer than chunks x MIN_CHUNK keys), `block_n` keys per step. The
+    budget and the occupancy count are both `chunks`, so a request's cap is `chunks` whatever
+    its share. (`AdaptiveSplitKernel(max_splits=c)` is not that: it caps the budget, and the
+    rule then picks the occupancy count under it - at 32/8/128 b32-8k max_splits=3 ran 2 chunks.)"""
+
+    def __init__(self, chunks: int, block_n=None):
+        from decode_conformance_kernels import adaptive_split
+        self.caps = adaptive_split.CAPS
+        self.chunks, self.block_n = int(chunks), block_n
+        self.name = f"c{chunks}" + (f"-b{block_n}" if block_n else "")
+
+    def plan(self, batch):
+        from decode_conformance_kernels import adaptive_split as ad
+        from decode_conformance_kernels.split_k_adapter import plan_launch
+        bound = max(kv_layout.visible_lengths(batch.seq_lens_host, batch.window), default=0)
+        axis = ad.chunk_axis(batch.q, batch.k_cache, batch.v_cache, self.chunks, bound, block_n=self.block_n)
+        shapes = ad.workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, axis)
+        return plan_launch(batch, self.name, shapes, ad.decode_attention_adaptive, splits=self.chunks,
+                           occupancy=self.chunks, block_n=self.block_n, max_visible=bound,
+                           planned_seq_lens=tuple(batch.seq_lens_host))
+
+
+def chunk_cells(quick: bool = False) -> list:
+    cells = [(s, b, c) for s in CHUNK_SHAPES for b in CHUNK_BATCHES for c in CHUNK_CTX if b * c <= CHUNK_MAX_KEYS]
+    return cells[::5] if quick else cells
+
+
+def planned_chunks(shape, lens, *, chunks=None, block_n=None, num_sms=None, max_smem=None) -> dict:
+    """What a launch of the chunks sweep does, from the host mirror of the device rule
+    (`split_rule`): the chunk count of every request, the key block, the stage-1 programs and
+    whether stage 2 runs, and, at the launch config's own block, the share of their waves'
+    program slots they fill (the rule's programs per SM; None at another block, whose programs
+    per SM were not measured). chunks None: the rule's count (`adaptive_split.plan_splits`); else
+    `ForcedChunks(chunks)`. num_sms / max_smem default to this machine's GPU, else an H200's
+    (132 SMs, 227 KiB per program)."""
+    from decode_conformance_kernels import triton_common as tc
+    from decode_conformance_kernels.adaptive_split import plan_splits
+    hq, hkv, d = shape[:3]
+    sms = num_sms if num_sms is not None else split_rule.num_sms()
+    if max_smem is None:
+        max_smem = tc.device_max_smem("cuda") if torch.cuda.is_available() else 232448
+    own_block = tc.gpu_config(d, d, False, max_smem)["block_n"]
+    bn = block_n or own_block
+    pps = split_rule.launch_shape(d, False)[0]
+    tiles = tc.head_tiling(hq, hkv)["kv_head_tiles"]
+    if chunks is None:
+        S, occ = plan_splits(len(lens), hq, hkv, num_sms=sms, head_dim=d)
+    else:
+        S = occ = int(chunks)
+    total = sum(lens)
+    counts = [split_rule.chunk_count_for_cap(L, split_rule.request_cap(L, total, S, occ), split_rule.MIN_CHUNK, bn)
+              for L in lens]
+    programs = len(lens) * tiles * max(counts)
+    return dict(counts=sorted(set(counts)), block_n=bn, programs=programs,
+                fill=split_rule.wave_fill(programs, pps * sms) if bn == own_block else None,
+                stage2=max(counts) >= 2)
+
+
+def chunk_variants(shape, lens, **machine) -> dict:
+    """{label: (kernel factory, planned_chunks)}: the rule, every count of CHUNK_COUNTS and one and
+    two chunks of CHUNK_WIDE_BLOCK keys; a variant that launches what an earlier one does (the
+    same counts and block) is left out, so no launch is timed twice under two names."""
+    out, seen = {}, set()
+    specs = [("rule", None, None)] + [(f"c{c}", c, None) for c in CHUNK_COUNTS]
+    if shape[2] <= split_rule.WIDE_HEAD_DIM:
+        specs += [(f"c{c}-b{CHUNK_WIDE_BLOCK}", c, CHUNK_WIDE_BLOCK) for c in (1, 2)]
+    for label, c, bn in specs:
+        plan = planned_chunks(shape, lens, chunks=c, block_n=bn, **machine)
+        key = (tuple(plan["counts"]), plan["block_n"])
+        if key in seen:
+            continue
+        seen.add(key)
+        make = registry.adaptive_split if c is None else (lambda c=c, bn=bn: ForcedChunks(c, bn))
+        out[label] = (make, plan)
+    return out
+
+
+def chunk_sweep(reps, tbs, quick=False, deadline=float("inf"), rounds=3):
+    """Per cell, the rule's launch against the other variants of `chunk_variants`, interleaved
+    over `rounds` rounds on one prepared batch (median of the rounds' medians); each variant's
+    output compared with the rule's (cosine)."""
+    def describe(cell):
+        shape, bsz, ctx = cell
+        floor = timing.kv_floor_us(bsz, ctx, shape[1], shape[2], 2, tbs)
+        return ({"shape": "/".join(map(str, shape)), "batch": bsz, "ctx": ctx, "floor_us": floor},
+                _case(shape, [ctx] * bsz))
+
+    def measure(cell, case):
+        shape, bsz, ctx = cell
+        variants = chunk_variants(shape, [ctx] * bsz)
+        batch = shared_batch(case)
+        kernels = {label: make() for label, (make, _) in variants.items()}
+        times = {label: [] for label in kernels}
+        outs = {}
+        for rnd in range(rounds):
+            for label, k in kernels.items():
+                batch.workspace = Workspace(batch.device)
+                launch = k.plan(batch)
+                times[label].append(timing.graph_median_us(launch, "cuda", reps=reps))
+                if rnd == 0:
+                    batch.repoison_outputs()
+                    launch()
+                    torch.cuda.synchronize()
+                    outs[label] = batch.out.clone()
+        rule_us = sorted(times["rule"])[len(times["rule"]) // 2]
+        rows = {}
+        for label, (_, plan) in variants.items():
+            us = sorted(times[label])[len(times[label]) // 2]
+            rows[label] = dict(plan, us=us, rounds_us=times[label], vs_rule=us / rule_us,
+                               cos=cosine(outs[label], outs["rule"]))
+        ok = {lb: r for lb, r in rows.items() if r["cos"] > 0.999}
+        return dict(variants=rows, best=min(ok, key=lambda lb: ok[lb]["us"]))
+    return _measure_cells(chunk_cells(quick), deadline, describe, measure)
+
+
+def _plan_label(plan) -> str:
+    counts = "/".join(map(str, plan["counts"]))
+    fill = "" if plan["fill"] is None else f" {100 * plan['fill']:.0f}%"
+    return f"{counts}x{plan['block_n']}, {plan['programs']} programs{fill}" + ("" if plan["stage2"] else ", no-s2")
+
+
+def chunk_dry_run(quick=False) -> str:
+    """The chunks sweep's plan, without a GPU: per cell, each variant's chunk counts, key block,
+    stage-1 programs, wave fill and whether stage 2 runs."""
+    lines = ["| shape | batch | ctx | variants (counts x block, stage-1 programs, wave fill) |", "|---|---|---|---|"]
+    for shape, bsz, ctx in chunk_cells(quick):
+        vs = chunk_variants(shape, [ctx] * bsz)
+        lines.append(f"| {'/'.join(map(str, shape))} | {bsz} | {ctx} | "
+                     + "; ".join(f"{lb}: {_plan_label(p)}" for lb, (_, p) in vs.items()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _md_head(title, meta, method, columns) -> list:
+    """A sweep table's title, its run line (`method` after the versions) and its header row;
+    `columns` start with shape | batch | ctx."""
+    return [f"# {title} ({meta['gpu']}, {meta['date']})", "",
+            f"torch {meta['torch']}, triton {meta['triton']}, copy bandwidth {meta['copy_tbs']:.2f} TB/s; bf16, paged 16, "
+            f"CUDA-graph replay after an L2 flush ({meta.get('flush', 'zero')}); {method}", "",
+            "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
+def _md_chunks(rows, meta):
+    out = _md_head("Chunk-count sweep", meta,
+                   "uniform lengths, median us of the rounds' medians, variants interleaved. Each entry: us (against "
+                   "the rule), chunk counts x key block, stage-1 programs and their wave fill (at the launch "
+                   "config's block); `no-s2`: no stage 2. "
+                   "WRONG: cosine to the rule's output <= 0.999.",
+                   ["shape", "batch", "ctx", "floor", "rule", "other variants", "best"])
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['shape']} | {r['batch']} | {r['ctx']} | | {r['error']} | | |")
+            continue
+        v = r["variants"]
+
+        def entry(lb):
+            x = v[lb]
+            bad = "" if x["cos"] > 0.999 else " WRONG"
+            rel = "" if lb == "rule" else f" ({100 * (x['vs_rule'] - 1):+.1f} %)"
+            return f"{lb} {x['us']:.1f}{rel} [{_plan_label(x)}]{bad}"
+        others = "; ".join(entry(lb) for lb in v if lb != "rule")
+        out.append(f"| {r['shape']} | {r['batch']} | {r['ctx']} | {r['floor_us']:.1f} | {entry('rule')} | {others} | "
+                   f"{r['best']} |")
+    return "\n".join(out) + "\n"
+
+
 def _md_split(rows, meta):
-    out = [f"# Split-K sweep ({meta['gpu']}, {meta['date']})", "",
-           f"torch {meta['torch']}, triton {meta['triton']}, copy bandwidth {meta['copy_tbs']:.2f} TB/s; "
-           f"bf16, paged 16, uniform lengths, CUDA-graph replay after an L2 flush ({meta.get('flush', 'zero')}), "
-           "median us. "
-           "% = floor / time (floor: K+V bytes once at the copy bandwidth).", "",
-           "| shape | batch | ctx | floor | adaptive | fixed (8) | torch SDPA (contig) | adaptive/fixed |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = _md_head("Split-K sweep", meta, "uniform lengths, median us. % = floor / time (floor: K+V bytes once at "
+                   "the copy bandwidth).", ["shape", "batch", "ctx", "floor", "adaptive", "fixed (8)",
+                                            "torch SDPA (contig)", "adaptive/fixed"])
     for r in rows:
         if "error" in r:
             out.append(f"| {r['shape']} | {r['batch']} | {r['ctx']} | | {r['error']} | | | |")
@@ -228,12 +405,9 @@ def _md_split(rows, meta):
 
 
 def _md_lean(rows, meta):
-    out = [f"# Lean sweep ({meta['gpu']}, {meta['date']})", "",
-           f"torch {meta['torch']}, triton {meta['triton']}; bf16, paged 16, lengths uniform (r = 1.0) or drawn "
-           f"from [r x ctx, ctx] (seeded); CUDA-graph replay after an L2 flush ({meta.get('flush', 'zero')}), "
-           "median us.", "",
-           "| shape | batch | ctx | r | mean len | lean | adaptive split-K | speedup (split/lean) | cosine |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = _md_head("Lean sweep", meta, "lengths uniform (r = 1.0) or drawn from [r x ctx, ctx] (seeded), median us.",
+                   ["shape", "batch", "ctx", "r", "mean len", "lean", "adaptive split-K", "speedup (split/lean)",
+                    "cosine"])
     for r in rows:
         if "error" in r:
             out.append(f"| {r['shape']} | {r['batch']} | {r['ctx']} | {r['ratio']} | | {r['error']} | | | |")
@@ -245,14 +419,23 @@ def _md_lean(rows, meta):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("sweep", choices=["split", "lean"])
+    ap.add_argument("sweep", choices=["split", "lean", "chunks"])
     ap.add_argument("--out", default=os.environ.get("OUT", "results"))
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--max-seconds", type=float, default=float("inf"),
                     help="stop starting new cells after this long; what was measured is written")
+    ap.add_argument("--rounds", type=int, default=3, help="chunks: interleaved rounds per cell")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="chunks: print the cells and what each variant launches (chunk counts, block, wave fill), "
+                         "no GPU needed")
     add_flush_option(ap)
     args = ap.parse_args()
+    if args.dry_run:
+        if args.sweep != "chunks":
+            ap.error(f"--dry-run: only the chunks sweep has one, not {args.sweep}")
+        print(chunk_dry_run(args.quick), end="")
+        return
     timing.set_bench_flush(args.flush)
     import triton
     tbs = timing.copy_bandwidth_tbs()
@@ -263,13 +446,15 @@ def main():
     print(json.dumps(meta), flush=True)
     t0 = time.time()
     deadline = t0 + args.max_seconds
-    sweep = split_sweep if args.sweep == "split" else lean_sweep
-    rows = sweep(args.reps, tbs, args.quick, deadline)
+    if args.sweep == "chunks":
+        rows = chunk_sweep(args.reps, tbs, args.quick, deadline, args.rounds)
+    else:
+        rows = (split_sweep if args.sweep == "split" else lean_sweep)(args.reps, tbs, args.quick, deadline)
     meta["seconds"] = time.time() - t0
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.sweep}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    md = (_md_split if args.sweep == "split" else _md_lean)(rows, meta)
+    md = {"split": _md_split, "lean": _md_lean, "chunks": _md_chunks}[args.sweep](rows, meta)
     (out / f"{args.sweep}.md").write_text(md)
     print(md)
 

@@ -1,0 +1,94 @@
+"""benchmarks/sweep.py's chunks sweep labels every variant with the chunk counts it launches, from
+the host mirror of the rule (`planned_chunks`). A label is only worth its row if the kernel ran
+that many chunks: here each launch's count is read back from what the device wrote (a request
+of n >= 2 chunks fills n partial LSEs of the NaN-poisoned scratch; one chunk writes none) and
+its output is judged against the float64 reference. Runs under Triton's CPU interpreter when
+there is no GPU.
+
+The trap the sweep exists to avoid: `AdaptiveSplitKernel(max_splits=c)` caps the chunk budget,
+not the count, so a row labelled c can have run fewer (s24-7's "3 chunks" at 32/8/128 b32-8k
+ran 2; docs/gpu-runs/2026-12-04-h200-s24).
+"""
+import importlib
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from decode_conformance.batch import Workspace  # noqa: E402
+from decode_conformance.cases import Case  # noqa: E402
+from decode_conformance.metrics import judge  # noqa: E402
+from decode_conformance.runner import prepare, yardstick  # noqa: E402
+
+# 4 requests x 2 KV-head tiles = 8 stage-1 programs per chunk; 640 keys take up to 5 chunks of 128
+CASE = Case(kv_dtype="bf16", num_q_heads=4, num_kv_heads=2, head_dim=64, seq_lens=(640, 640, 640, 640),
+            page_size=16, seed=11)
+SHAPE = (CASE.num_q_heads, CASE.num_kv_heads, CASE.head_dim)
+# 4 SMs x 5 programs = 20 slots. The rule runs 5 chunks here (40 programs, two full waves), but
+# under a budget capped at 3 its occupancy count is 2 (16 of 20 slots; 3 chunks would fill 24 of
+# 40), so the capped budget launches 2 chunks. The SM count of every launch on the CPU (the
+# environment variable), so a forced count that fell back on the rule would show there.
+SMALL_GPU = 4
+
+
+@pytest.fixture(autouse=True)
+def _small_gpu(monkeypatch):
+    from decode_conformance_kernels import split_rule
+    monkeypatch.setenv(split_rule.NUM_SMS_ENV, str(SMALL_GPU))
+
+
+def _sweep():
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        pytest.importorskip("triton")
+        from triton.runtime.interpreter import InterpretedFunction
+        from decode_conformance_kernels import adaptive_split
+        if not isinstance(adaptive_split._adaptive_stage1, InterpretedFunction):
+            pytest.skip("no GPU and the kernels were imported without Triton's interpreter")
+    return importlib.import_module("benchmarks.sweep"), ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _launch_and_count(kernel, device):
+    """Run `kernel` on CASE; (verdict, the chunk counts the device used per request)."""
+    batch = prepare(kernel, CASE, device)
+    batch.workspace = Workspace(batch.device)
+    ref, tier = yardstick(kernel, CASE, batch)
+    kernel.plan(batch)()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    v = judge(CASE, batch.out, batch.lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lses, batch.sinks,
+              lse_slack=tier.lse_slack)
+    lse = next(t for name, t in batch.workspace.buffers.items() if name.endswith(".partial_lse"))
+    written = torch.isfinite(lse).sum(dim=-1)  # [B, Hq]
+    counts = sorted({max(1, int(n)) for n in written.flatten().tolist()})
+    return v, counts
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 3, 5])
+def test_forced_count_is_what_the_device_runs(chunks):
+    sweep, device = _sweep()
+    v, counts = _launch_and_count(sweep.ForcedChunks(chunks), device)
+    assert v.passed, v.summary()
+    assert counts == [chunks]
+    assert sweep.planned_chunks(SHAPE, list(CASE.seq_lens), chunks=chunks, num_sms=SMALL_GPU,
+                                block_n=64)["counts"] == counts
+
+
+def test_rule_label_is_what_the_device_runs():
+    sweep, device = _sweep()
+    from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
+    v, counts = _launch_and_count(AdaptiveSplitKernel(num_sms=SMALL_GPU), device)
+    assert v.passed, v.summary()
+    assert sweep.planned_chunks(SHAPE, list(CASE.seq_lens), num_sms=SMALL_GPU, block_n=64)["counts"] == counts
+
+
+def test_a_capped_budget_is_not_a_chunk_count():
+    """The planted mislabel: a budget capped at 3 runs 2 chunks here, so a sweep that forced
+    counts that way would have labelled a 2-chunk launch "3"."""
+    sweep, device = _sweep()
+    from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
+    v, counts = _launch_and_count(AdaptiveSplitKernel(num_sms=SMALL_GPU, max_splits=3), device)
+    assert v.passed, v.summary()
+    assert counts == [2]
+
