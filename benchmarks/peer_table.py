@@ -1,11 +1,12 @@
 """Every adapter beside our shipped kernels at the perf-guard cells (fixtures/perf_cells.toml)
 and the speed targets' other cells (benchmarks/target_cells.toml; `--guard-cells-only`: the
 first file alone), in one process, interleaved (round-robin over the kernels, several rounds, so clock and
-thermal drift hit every kernel alike): median time, the ratio to `dispatch` (our default
-kernel) and the share of the read roofline (the cell's compulsory bytes at the measured
+thermal drift hit every kernel alike): median time, the ratio to `--baseline` (default
+`dispatch`, our default kernel) and the share of the read roofline (the cell's compulsory bytes at the measured
 read bandwidth).
 
-    python benchmarks/peer_table.py --out DIR [--kernel NAME ...] [--guard-cells-only] [--rounds 5] [--reps 20]
+    python benchmarks/peer_table.py --out DIR [--kernel NAME|SPEC ...] [--baseline NAME|SPEC] [--guard-cells-only]
+                                    [--rounds 5] [--reps 20]
 
 Every kernel is timed as a CUDA-graph replay of its planned launch where that launch can be
 captured (a cell has fixed lengths, so a graph of one plan is what a serving engine replays
@@ -15,6 +16,11 @@ launch (decode_conformance's timer). Each kernel's output is first compared with
 torch_gather's (our float32 torch implementation) on the same inputs: a kernel that is wrong
 on the cell is reported, not timed. A kernel that does not declare the cell's shape, or whose
 library is absent, gets the skip reason. Writes DIR/peer_table.json and DIR/peer_table.md.
+
+A kernel is a registry name or an import spec (`pkg.mod:obj`, as pytest's `--kernel`): a
+candidate tree's kernels, importable under another name, run interleaved with main's in the same
+rounds (benchmarks/README.md: an A/B of two trees), each row labelled as given; `--baseline`
+names the row the verdict and the ratios are computed for (default `dispatch`).
 
 The last row, `sdpa_dense`, is not a peer: torch SDPA on dense copies of the keys made before
 timing (`SdpaDense`), the floor without paging cost, on the 16-bit cells without MLA.
@@ -56,11 +62,12 @@ def perf_api(guard_only: bool = False):
     return timing, lambda: target_cells(guard_only), bytes_moved
 
 
-def _load(name):
-    if name == DENSE_FLOOR:
+def _load(label):
+    """A registry name, `sdpa_dense`, or an import spec `pkg.mod:obj`."""
+    if label == DENSE_FLOOR:
         return SdpaDense()
     from decode_conformance.kernel_api import load_kernel
-    return load_kernel(f"decode_conformance_kernels.registry:{name}")
+    return load_kernel(label if ":" in label else f"decode_conformance_kernels.registry:{label}")
 
 
 class SdpaDense:
@@ -112,19 +119,19 @@ class TimedRunner:
         return t.replay_times_us(self.graph, "cuda", self.reps)
 
 
-def measure_cell(cell, kernels, reference, timing, rounds: int, reps: int, no_graph: dict) -> dict:
-    """no_graph: {kernel: why} for the kernels whose launch did not capture on this cell (the
-    pre-flight's finding); they are timed eagerly."""
+def measure_cell(cell, kernels: dict, reference, timing, rounds: int, reps: int, no_graph: dict) -> dict:
+    """kernels: {label: kernel}; no_graph: {label: why} for the kernels whose launch did not
+    capture on this cell (the pre-flight's finding); they are timed eagerly."""
     from decode_conformance.runner import prepare
     import torch
     ref_batch = prepare(reference, cell.case, "cuda")
     reference.plan(ref_batch)()
     torch.cuda.synchronize()
     entries, runners = {}, {}
-    for k in kernels:
+    for label, k in kernels.items():
         miss = k.caps.missing_for(cell.case, "cuda")
         if miss:
-            entries[k.name] = {"status": "skip", "reason": "; ".join(miss)}
+            entries[label] = {"status": "skip", "reason": "; ".join(miss)}
             continue
         try:
             batch = prepare(k, cell.case, "cuda")
@@ -132,16 +139,16 @@ def measure_cell(cell, kernels, reference, timing, rounds: int, reps: int, no_gr
             launch()
             torch.cuda.synchronize()
         except Exception as e:  # a library error on this cell is a result, not the end of the table
-            entries[k.name] = {"status": "error", "reason": f"{type(e).__name__}: {e}"[:300]}
+            entries[label] = {"status": "error", "reason": f"{type(e).__name__}: {e}"[:300]}
             continue
         cos = _cosine(batch.out, ref_batch.out)
         if not cos >= MIN_COSINE:
-            entries[k.name] = {"status": "wrong", "reason": f"cosine {cos:.6f} against torch_gather"}
+            entries[label] = {"status": "wrong", "reason": f"cosine {cos:.6f} against torch_gather"}
             continue
-        runners[k.name] = TimedRunner(launch, batch, timing, reps, eager=k.name in no_graph)
-        entries[k.name] = {"status": "timed", "times_us": [], "mode": runners[k.name].mode}
-        if k.name in no_graph:
-            entries[k.name]["eager_because"] = no_graph[k.name]
+        runners[label] = TimedRunner(launch, batch, timing, reps, eager=label in no_graph)
+        entries[label] = {"status": "timed", "times_us": [], "mode": runners[label].mode}
+        if label in no_graph:
+            entries[label]["eager_because"] = no_graph[label]
     for _ in range(rounds):  # interleaved
         for name, run in runners.items():
             entries[name]["times_us"] += run()
@@ -212,16 +219,16 @@ DENSE_TARGET_KEYS = 8192  # the floor target applies to cells whose longest requ
 DENSE_TARGET = 1.03  # within 3 % of dense SDPA
 
 
-def verdict_lines(rows: dict) -> list:
-    """Per cell, the speed issue's two targets: `dispatch` against the fastest paged peer (every
-    adapter in ADAPTERS that timed the cell) and against the dense floor (cells whose longest
-    request has >= DENSE_TARGET_KEYS keys). A ratio > 1 is a miss; a cell with no number for
-    dispatch, or no peer that timed it, says so rather than passing."""
-    out = ["| cell | dispatch us | fastest paged peer | dispatch / peer | sdpa_dense us | dispatch / dense |",
+def verdict_lines(rows: dict, baseline: str = BASELINE) -> list:
+    """Per cell, the speed issue's two targets: `baseline` (default dispatch) against the fastest
+    paged peer (every adapter in ADAPTERS that timed the cell) and against the dense floor
+    (cells whose longest request has >= DENSE_TARGET_KEYS keys). A ratio > 1 is a miss; a cell
+    with no number for the baseline, or no peer that timed it, says so rather than passing."""
+    out = [f"| cell | {baseline} us | fastest paged peer | {baseline} / peer | sdpa_dense us | {baseline} / dense |",
            "|---|---|---|---|---|---|"]
     for name, r in rows.items():
         ks = r["kernels"]
-        ours = ks.get(BASELINE, {}).get("median_us")
+        ours = ks.get(baseline, {}).get("median_us")
         peers = {n: e["median_us"] for n, e in ks.items() if n in ADAPTERS and "median_us" in e}
         best = min(peers, key=peers.get) if peers else None
         dense = ks.get(DENSE_FLOOR, {}).get("median_us")
@@ -233,7 +240,7 @@ def verdict_lines(rows: dict) -> list:
             return f"{x:.3f}" + (" **miss**" if x > limit else "")
         peer = f"`{best}` {peers[best]:.1f}" if best else "none timed"
         floor = ratio(dense, DENSE_TARGET) if r.get("max_len", 0) >= DENSE_TARGET_KEYS else "(< 8k keys)"
-        out.append(f"| {name} | {f'{ours:.1f}' if ours else ks.get(BASELINE, {}).get('status', '-')} | {peer} | "
+        out.append(f"| {name} | {f'{ours:.1f}' if ours else ks.get(baseline, {}).get('status', '-')} | {peer} | "
                    f"{ratio(peers.get(best), 1.0)} | {f'{dense:.1f}' if dense else '-'} | {floor} |")
     return out
 
@@ -241,7 +248,10 @@ def verdict_lines(rows: dict) -> list:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="folder for peer_table.json / .md")
-    ap.add_argument("--kernel", action="append", help="registry names (default: shipped + every adapter)")
+    ap.add_argument("--kernel", action="append",
+                    help="a registry name or an import spec pkg.mod:obj, repeatable (default: shipped + every adapter)")
+    ap.add_argument("--baseline", default=BASELINE,
+                    help="the --kernel the verdict and the ratios are for (default: %(default)s)")
     ap.add_argument("--guard-cells-only", action="store_true",
                     help="the perf guard's cells alone, not benchmarks/target_cells.toml's as well")
     ap.add_argument("--rounds", type=int, default=5)
@@ -253,13 +263,17 @@ def main(argv=None) -> int:
         return preflight(a.preflight, a.guard_cells_only)
     if not a.out:
         ap.error("--out is required")
+    labels = a.kernel or list(SHIPPED + ADAPTERS + (DENSE_FLOOR,))
+    if len(set(labels)) != len(labels):
+        ap.error(f"--kernel: {sorted({x for x in labels if labels.count(x) > 1})} given twice")
+    if a.baseline not in labels:
+        ap.error(f"--baseline {a.baseline}: not one of the kernels timed ({', '.join(labels)})")
     import torch
     if not torch.cuda.is_available():
         ap.error("--out: the peer table times kernels on a GPU; none is visible here")
     timing, load_cells, bytes_moved = perf_api(a.guard_cells_only)
-    names = a.kernel or list(SHIPPED + ADAPTERS + (DENSE_FLOOR,))
-    kernels = [_load(n) for n in names]
-    crashed, no_graph = crashed_cells([k.name for k in kernels if not k.caps.unavailable], a.preflight_jobs,
+    kernels = {label: _load(label) for label in labels}
+    crashed, no_graph = crashed_cells([lb for lb, k in kernels.items() if not k.caps.unavailable], a.preflight_jobs,
                                       a.guard_cells_only)
     for name, cells in crashed.items():
         for cell, why in cells.items():
@@ -268,43 +282,42 @@ def main(argv=None) -> int:
     tbs = timing.read_bandwidth_tbs()
     rows = {}
     for cell in load_cells():
-        dead = {k.name: crashed.get(k.name, {}).get(cell.name) or crashed.get(k.name, {}).get(ANY_CELL)
-                for k in kernels}
+        dead = {lb: crashed.get(lb, {}).get(cell.name) or crashed.get(lb, {}).get(ANY_CELL) for lb in kernels}
         eager = {n: cells[cell.name] for n, cells in no_graph.items() if cell.name in cells}
-        entries = measure_cell(cell, [k for k in kernels if not dead[k.name]], reference, timing, a.rounds, a.reps,
-                               eager)
+        entries = measure_cell(cell, {lb: k for lb, k in kernels.items() if not dead[lb]}, reference, timing,
+                               a.rounds, a.reps, eager)
         entries.update({n: {"status": "crashed", "reason": why} for n, why in dead.items() if why})
         floor_us = bytes_moved(cell.case) / (tbs * 1e12) * 1e6
-        base = entries.get(BASELINE, {}).get("median_us")
+        base = entries.get(a.baseline, {}).get("median_us")
         for e in entries.values():
             if "median_us" in e:
                 e["roofline_pct"] = 100 * floor_us / e["median_us"]
                 if base:
-                    e["vs_dispatch"] = e["median_us"] / base
+                    e["vs_baseline"] = e["median_us"] / base
         rows[cell.name] = {"shape": cell.shape, "floor_us": floor_us, "max_len": max(cell.case.seq_lens),
                            "kernels": entries}
         print(cell.name, {k: round(v.get("median_us", 0), 1) or v["status"] for k, v in entries.items()}, flush=True)
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    libs = {k.name: getattr(k, "library_version", None) for k in kernels}
+    libs = {lb: getattr(k, "library_version", None) for lb, k in kernels.items()}
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "read_tbs": tbs, "libraries": libs,
-            "rounds": a.rounds, "reps": a.reps}
+            "rounds": a.rounds, "reps": a.reps, "baseline": a.baseline}
     (out / "peer_table.json").write_text(json.dumps({"meta": meta, "cells": rows}, indent=1))
     lines = [f"{meta['gpu']}, torch {meta['torch']}, read bandwidth {tbs:.2f} TB/s; median us "
-             f"(x {BASELINE}, % of the read roofline); g = CUDA-graph replay, e = eager launch (its launch did "
-             "not capture: peer_table.json says why)", ""] + verdict_lines(rows) + [
+             f"(x {a.baseline}, % of the read roofline); g = CUDA-graph replay, e = eager launch (its launch did "
+             "not capture: peer_table.json says why)", ""] + verdict_lines(rows, a.baseline) + [
              "", "| kernel | " + " | ".join(rows) + " |", "|---|" + "---|" * len(rows)]
-    for k in kernels:
+    for label in kernels:
         cells = []
         for r in rows.values():
-            e = r["kernels"][k.name]
+            e = r["kernels"][label]
             if "median_us" in e:
-                ratio = f"x{e['vs_dispatch']:.2f}, " if "vs_dispatch" in e else ""
+                ratio = f"x{e['vs_baseline']:.2f}, " if "vs_baseline" in e else ""
                 cells.append(f"{e['median_us']:.1f} {e['mode'][0]} ({ratio}{e['roofline_pct']:.0f} %)")
             else:
                 cells.append(f"{e['status']}: {e['reason'][:50]}")
-        lib = f" {libs[k.name]}" if libs[k.name] else ""
-        lines.append(f"| `{k.name}`{lib} | " + " | ".join(cells) + " |")
+        lib = f" {libs[label]}" if libs[label] else ""
+        lines.append(f"| `{label}`{lib} | " + " | ".join(cells) + " |")
     (out / "peer_table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import pathlib
+import sys
 
 import pytest
 
@@ -211,7 +212,6 @@ def test_dense_sdpa_per_request_and_batched_agree_and_batched_needs_one_length()
     """benchmarks/sweep.py dense_sdpa, the floor every benchmark times: its two forms compute the
     same attention; asking for one batched call over unequal requests is refused by name."""
     import importlib
-    import sys
     sys.path.insert(0, str(ROOT))
     from decode_conformance.cases import Case
     from decode_conformance.runner import prepare
@@ -256,9 +256,60 @@ def test_peer_table_verdict_names_every_miss_and_never_passes_an_untimed_cell():
     assert "| wrong |" in lines["untimed"] and lines["untimed"].count(" - ") >= 2
 
 
+def test_peer_table_times_a_candidate_tree_beside_main(tmp_path, monkeypatch, capsys):
+    """An A/B of two trees in one process (benchmarks/README.md): the candidate's kernels/ copied
+    under another import name load as modules of their own beside main's, so a change in the
+    copy (planted: MIN_CHUNK 64) is the candidate's alone - its launch cuts the 300-key request
+    into 4 chunks where main's cuts 2, read back from the partial LSEs the device wrote - and
+    both compute right (judged against the float64 reference, under the interpreter without a
+    GPU). The table refuses a kernel given twice and a --baseline it would not time."""
+    import shutil
+    cand = tmp_path / "decode_conformance_kernels_cand"
+    shutil.copytree(ROOT / "kernels", cand, ignore=shutil.ignore_patterns("__pycache__"))
+    rule = cand / "split_rule.py"
+    rule.write_text(rule.read_text().replace("\nMIN_CHUNK = 128\n", "\nMIN_CHUNK = 64\n"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        _judge_both_trees(cand.name, capsys, tmp_path)
+    finally:
+        for name in [n for n in sys.modules if n.startswith(cand.name)]:
+            del sys.modules[name]
+
+
+def _judge_both_trees(cand, capsys, tmp_path):
+    torch = pytest.importorskip("torch")
+    from decode_conformance.cases import Case
+    from decode_conformance.metrics import judge
+    from decode_conformance.runner import prepare, yardstick
+    m = _peer_module()
+    spec = f"{cand}.registry:adaptive_split"
+    kernels = {"adaptive_split": m._load("adaptive_split"), spec: m._load(spec)}
+    assert type(kernels[spec]).__module__ == f"{cand}.adaptive_split"
+    from decode_conformance_kernels import split_rule
+    assert (split_rule.MIN_CHUNK, sys.modules[f"{cand}.split_rule"].MIN_CHUNK) == (128, 64)
+    case = Case(kv_dtype="bf16", num_q_heads=4, num_kv_heads=2, head_dim=64, seq_lens=(300, 17), page_size=16,
+                seed=3)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    chunks = {}
+    for label, k in kernels.items():
+        batch = prepare(k, case, device)
+        ref, tier = yardstick(k, case, batch)
+        k.plan(batch)()
+        v = judge(case, batch.out, batch.lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lses, batch.sinks,
+                  lse_slack=tier.lse_slack)
+        assert v.passed, (label, v.summary())
+        partial_lse = batch.workspace.buffers["adaptive_split.partial_lse"]
+        chunks[label] = int(torch.isfinite(partial_lse[0, 0]).sum())  # the 300-key request, head 0
+    assert chunks == {"adaptive_split": 2, spec: 4}
+    for argv, says in ((["--kernel", "dispatch", "--kernel", "dispatch"], "given twice"),
+                       (["--kernel", spec], "--baseline dispatch: not one of the kernels timed")):
+        with pytest.raises(SystemExit):
+            m.main(["--out", str(tmp_path / "out")] + argv)
+        assert says in capsys.readouterr().err
+
+
 def test_target_cells_refuse_a_name_the_guard_already_has(tmp_path, monkeypatch):
     import importlib
-    import sys
     sys.path.insert(0, str(ROOT))
     sweep = importlib.import_module("benchmarks.sweep")
     names = [c.name for c in sweep.target_cells()]

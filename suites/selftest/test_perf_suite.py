@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -80,6 +81,22 @@ def test_ab_run_passes_a_a_and_fails_a_planted_slowdown(tmp_path):
     assert f"### {KERNEL}: **" in md and "| ratio |" in md and "**slower**" in md
     rows = json.loads((tmp_path / "rep" / "perf.json").read_text())["rows"]
     assert rows and all(r["ratio"] for r in rows if r["status"] != "skipped")
+
+
+def test_ab_run_takes_a_candidate_tree_under_another_import_name(tmp_path):
+    """benchmarks/README.md's A/B of two trees: the candidate's kernels/ copied as
+    decode_conformance_kernels_cand, its kernel of the same name timed against main's. A/A
+    passes; the planted slowdown of the candidate fails naming it."""
+    cand = tmp_path / "tree" / "decode_conformance_kernels_cand"
+    shutil.copytree(ROOT / "kernels", cand, ignore=shutil.ignore_patterns("__pycache__"))
+    args = ("suites/perf", "-p", "no:xdist", "--gpu-class=sm_90", "-k", "b1-128k", f"--perf-baseline-dir={tmp_path}",
+            f"--kernel={cand.name}.registry:{KERNEL}", f"--perf-reference=decode_conformance_kernels.registry:{KERNEL}")
+    path = {"PYTHONPATH": os.pathsep.join(filter(None, [str(cand.parent), os.environ.get("PYTHONPATH")]))}
+    same = run_pytest(*args, env={**_fake(seed=1), **path})
+    assert same.rc == 0 and f"perf guard (ab, reference decode_conformance_kernels.registry:{KERNEL}" in same.out, \
+        same.out[-3000:]
+    slow = run_pytest(*args, env={**_fake(seed=2, slowdown=0.05), **path})
+    assert slow.rc == 1 and f"SLOWER: {KERNEL} b1-128k-32x8x128" in slow.out, slow.out[-3000:]
 
 
 def test_ab_run_holds_beside_a_record_of_another_gpu_model(tmp_path):
