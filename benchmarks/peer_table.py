@@ -2,8 +2,8 @@
 and the speed targets' other cells (benchmarks/target_cells.toml; `--guard-cells-only`: the
 first file alone), in one process, interleaved (round-robin over the kernels, several rounds, so clock and
 thermal drift hit every kernel alike): median time, the ratio to `--baseline` (default
-`dispatch`, our default kernel) and the share of the read roofline (the cell's compulsory bytes at the measured
-read bandwidth).
+`dispatch`, our default kernel) and the share of the read roofline (the cell's compulsory
+bytes at the measured read bandwidth).
 
     python benchmarks/peer_table.py --out DIR [--kernel NAME|SPEC ...] [--baseline NAME|SPEC] [--guard-cells-only]
                                     [--rounds 5] [--reps 20]

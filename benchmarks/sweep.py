@@ -361,8 +361,8 @@ def _md_head(title, meta, method, columns) -> list:
     """A sweep table's title, its run line (`method` after the versions) and its header row;
     `columns` start with shape | batch | ctx."""
     return [f"# {title} ({meta['gpu']}, {meta['date']})", "",
-            f"torch {meta['torch']}, triton {meta['triton']}, copy bandwidth {meta['copy_tbs']:.2f} TB/s; bf16, paged 16, "
-            f"CUDA-graph replay after an L2 flush ({meta.get('flush', 'zero')}); {method}", "",
+            f"torch {meta['torch']}, triton {meta['triton']}, copy bandwidth {meta['copy_tbs']:.2f} TB/s; bf16, "
+            f"paged 16, CUDA-graph replay after an L2 flush ({meta.get('flush', 'zero')}); {method}", "",
             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
