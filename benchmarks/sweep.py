@@ -16,6 +16,7 @@ import datetime
 import json
 import os
 import pathlib
+import statistics
 import sys
 import time
 
@@ -329,12 +330,9 @@ def chunk_sweep(reps, tbs, quick=False, deadline=float("inf"), rounds=3):
                     launch()
                     torch.cuda.synchronize()
                     outs[label] = batch.out.clone()
-        rule_us = sorted(times["rule"])[len(times["rule"]) // 2]
-        rows = {}
-        for label, (_, plan) in variants.items():
-            us = sorted(times[label])[len(times[label]) // 2]
-            rows[label] = dict(plan, us=us, rounds_us=times[label], vs_rule=us / rule_us,
-                               cos=cosine(outs[label], outs["rule"]))
+        us = {label: statistics.median(t) for label, t in times.items()}
+        rows = {label: dict(plan, us=us[label], rounds_us=times[label], vs_rule=us[label] / us["rule"],
+                            cos=cosine(outs[label], outs["rule"])) for label, (_, plan) in variants.items()}
         ok = {lb: r for lb, r in rows.items() if r["cos"] > 0.999}
         return dict(variants=rows, best=min(ok, key=lambda lb: ok[lb]["us"]))
     return _measure_cells(chunk_cells(quick), deadline, describe, measure)

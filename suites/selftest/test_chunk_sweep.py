@@ -16,10 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from decode_conformance.batch import Workspace  # noqa: E402
 from decode_conformance.cases import Case  # noqa: E402
-from decode_conformance.metrics import judge  # noqa: E402
-from decode_conformance.runner import prepare, yardstick  # noqa: E402
+from decode_conformance.runner import build_checked, run_prepared  # noqa: E402
 
 # 4 requests x 2 KV-head tiles = 8 stage-1 programs per chunk; 640 keys take up to 5 chunks of 128
 CASE = Case(kv_dtype="bf16", num_q_heads=4, num_kv_heads=2, head_dim=64, seq_lens=(640, 640, 640, 640),
@@ -50,26 +48,20 @@ def _sweep():
 
 
 def _launch_and_count(kernel, device):
-    """Run `kernel` on CASE; (verdict, the chunk counts the device used per request)."""
-    batch = prepare(kernel, CASE, device)
-    batch.workspace = Workspace(batch.device)
-    ref, tier = yardstick(kernel, CASE, batch)
-    kernel.plan(batch)()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    v = judge(CASE, batch.out, batch.lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lses, batch.sinks,
-              lse_slack=tier.lse_slack)
+    """Run `kernel` on CASE through the suite's runner; (result, the chunk counts the device
+    used per request)."""
+    batch, ref, tier = build_checked(kernel, CASE, device)
+    res = run_prepared(kernel, CASE, batch, ref, tier)
     lse = next(t for name, t in batch.workspace.buffers.items() if name.endswith(".partial_lse"))
     written = torch.isfinite(lse).sum(dim=-1)  # [B, Hq]
-    counts = sorted({max(1, int(n)) for n in written.flatten().tolist()})
-    return v, counts
+    return res, sorted({max(1, int(n)) for n in written.flatten().tolist()})
 
 
 @pytest.mark.parametrize("chunks", [1, 2, 3, 5])
 def test_forced_count_is_what_the_device_runs(chunks):
     sweep, device = _sweep()
-    v, counts = _launch_and_count(sweep.ForcedChunks(chunks), device)
-    assert v.passed, v.summary()
+    res, counts = _launch_and_count(sweep.ForcedChunks(chunks), device)
+    assert res.ok, res.message
     assert counts == [chunks]
     assert sweep.planned_chunks(SHAPE, list(CASE.seq_lens), chunks=chunks, num_sms=SMALL_GPU,
                                 block_n=64)["counts"] == counts
@@ -78,8 +70,8 @@ def test_forced_count_is_what_the_device_runs(chunks):
 def test_rule_label_is_what_the_device_runs():
     sweep, device = _sweep()
     from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
-    v, counts = _launch_and_count(AdaptiveSplitKernel(num_sms=SMALL_GPU), device)
-    assert v.passed, v.summary()
+    res, counts = _launch_and_count(AdaptiveSplitKernel(num_sms=SMALL_GPU), device)
+    assert res.ok, res.message
     assert sweep.planned_chunks(SHAPE, list(CASE.seq_lens), num_sms=SMALL_GPU, block_n=64)["counts"] == counts
 
 
@@ -88,7 +80,7 @@ def test_a_capped_budget_is_not_a_chunk_count():
     counts that way would have labelled a 2-chunk launch "3"."""
     sweep, device = _sweep()
     from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
-    v, counts = _launch_and_count(AdaptiveSplitKernel(num_sms=SMALL_GPU, max_splits=3), device)
-    assert v.passed, v.summary()
+    res, counts = _launch_and_count(AdaptiveSplitKernel(num_sms=SMALL_GPU, max_splits=3), device)
+    assert res.ok, res.message
     assert counts == [2]
 

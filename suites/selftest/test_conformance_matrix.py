@@ -279,8 +279,7 @@ def test_peer_table_times_a_candidate_tree_beside_main(tmp_path, monkeypatch, ca
 def _judge_both_trees(cand, capsys, tmp_path):
     torch = pytest.importorskip("torch")
     from decode_conformance.cases import Case
-    from decode_conformance.metrics import judge
-    from decode_conformance.runner import prepare, yardstick
+    from decode_conformance.runner import build_checked, run_prepared
     m = _peer_module()
     spec = f"{cand}.registry:adaptive_split"
     kernels = {"adaptive_split": m._load("adaptive_split"), spec: m._load(spec)}
@@ -292,12 +291,9 @@ def _judge_both_trees(cand, capsys, tmp_path):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     chunks = {}
     for label, k in kernels.items():
-        batch = prepare(k, case, device)
-        ref, tier = yardstick(k, case, batch)
-        k.plan(batch)()
-        v = judge(case, batch.out, batch.lse, ref.out, ref.lse, ref.visible, tier.outs, tier.lses, batch.sinks,
-                  lse_slack=tier.lse_slack)
-        assert v.passed, (label, v.summary())
+        batch, ref, tier = build_checked(k, case, device)
+        res = run_prepared(k, case, batch, ref, tier)
+        assert res.ok, (label, res.message)
         partial_lse = batch.workspace.buffers["adaptive_split.partial_lse"]
         chunks[label] = int(torch.isfinite(partial_lse[0, 0]).sum())  # the 300-key request, head 0
     assert chunks == {"adaptive_split": 2, spec: 4}
