@@ -54,6 +54,9 @@ CHUNK_COUNTS = (1, 2, 3, 4, 5, 6, 8)
 # one chunk of 64-key blocks ran 12 % slower than the rule, of 128-key blocks 6 % faster; at
 # 16/2/256 the 128-key block ran 1.8x the rule).
 CHUNK_WIDE_BLOCK = 128
+# 4 as well since s27-1 (32/8/128): 128-key blocks beat 64-key ones at the same count at batch 8-24
+# (c1, c2), and batch 8 has no count of them near two programs per SM without it.
+CHUNK_WIDE_COUNTS = (1, 2, 4)
 
 LEAN_SHAPES = [(32, 8, 128), (28, 4, 128)]
 LEAN_BATCHES = [1, 8, 16, 32]
@@ -248,9 +251,29 @@ class ForcedChunks:
                            planned_seq_lens=tuple(batch.seq_lens_host))
 
 
-def chunk_cells(quick: bool = False) -> list:
+def chunk_cells(quick: bool = False, only=None) -> list:
+    """The sweep's (shape, batch, ctx) cells; `only`: `Hq/Hkv/D` or `Hq/Hkv/D:batch` filters (a cut
+    sweep's next call resumes where it stopped)."""
     cells = [(s, b, c) for s in CHUNK_SHAPES for b in CHUNK_BATCHES for c in CHUNK_CTX if b * c <= CHUNK_MAX_KEYS]
+    if only:
+        wanted = [_parse_cell_filter(f) for f in only]
+        cells = [(s, b, c) for s, b, c in cells if any(s == fs and fb in (None, b) for fs, fb in wanted)]
+        if not cells:
+            raise SystemExit(f"--only {' '.join(only)}: no cell of the sweep matches "
+                             f"(shapes {['/'.join(map(str, s)) for s in CHUNK_SHAPES]}, batches {CHUNK_BATCHES})")
     return cells[::5] if quick else cells
+
+
+def _parse_cell_filter(text: str):
+    shape_text, _, batch_text = text.partition(":")
+    try:
+        shape = tuple(int(x) for x in shape_text.split("/"))
+        batch = int(batch_text) if batch_text else None
+    except ValueError:
+        shape = batch = None
+    if shape is None or len(shape) != 3:
+        raise SystemExit(f"--only {text!r}: expected Hq/Hkv/D or Hq/Hkv/D:batch, e.g. 16/2/256:48")
+    return shape, batch
 
 
 def planned_chunks(shape, lens, *, chunks=None, block_n=None, num_sms=None, max_smem=None) -> dict:
@@ -285,13 +308,13 @@ def planned_chunks(shape, lens, *, chunks=None, block_n=None, num_sms=None, max_
 
 
 def chunk_variants(shape, lens, **machine) -> dict:
-    """{label: (kernel factory, planned_chunks)}: the rule, every count of CHUNK_COUNTS and one and
-    two chunks of CHUNK_WIDE_BLOCK keys; a variant that launches what an earlier one does (the
+    """{label: (kernel factory, planned_chunks)}: the rule, every count of CHUNK_COUNTS and
+    CHUNK_WIDE_COUNTS chunks of CHUNK_WIDE_BLOCK keys; a variant that launches what an earlier one does (the
     same counts and block) is left out, so no launch is timed twice under two names."""
     out, seen = {}, set()
     specs = [("rule", None, None)] + [(f"c{c}", c, None) for c in CHUNK_COUNTS]
     if shape[2] <= split_rule.WIDE_HEAD_DIM:
-        specs += [(f"c{c}-b{CHUNK_WIDE_BLOCK}", c, CHUNK_WIDE_BLOCK) for c in (1, 2)]
+        specs += [(f"c{c}-b{CHUNK_WIDE_BLOCK}", c, CHUNK_WIDE_BLOCK) for c in CHUNK_WIDE_COUNTS]
     for label, c, bn in specs:
         plan = planned_chunks(shape, lens, chunks=c, block_n=bn, **machine)
         key = (tuple(plan["counts"]), plan["block_n"])
@@ -303,7 +326,7 @@ def chunk_variants(shape, lens, **machine) -> dict:
     return out
 
 
-def chunk_sweep(reps, tbs, quick=False, deadline=float("inf"), rounds=3):
+def chunk_sweep(reps, tbs, quick=False, deadline=float("inf"), rounds=3, only=None):
     """Per cell, the rule's launch against the other variants of `chunk_variants`, interleaved
     over `rounds` rounds on one prepared batch (median of the rounds' medians); each variant's
     output compared with the rule's (cosine)."""
@@ -335,7 +358,7 @@ def chunk_sweep(reps, tbs, quick=False, deadline=float("inf"), rounds=3):
                             cos=cosine(outs[label], outs["rule"])) for label, (_, plan) in variants.items()}
         ok = {lb: r for lb, r in rows.items() if r["cos"] > 0.999}
         return dict(variants=rows, best=min(ok, key=lambda lb: ok[lb]["us"]))
-    return _measure_cells(chunk_cells(quick), deadline, describe, measure)
+    return _measure_cells(chunk_cells(quick, only), deadline, describe, measure)
 
 
 def _plan_label(plan) -> str:
@@ -344,11 +367,11 @@ def _plan_label(plan) -> str:
     return f"{counts}x{plan['block_n']}, {plan['programs']} programs{fill}" + ("" if plan["stage2"] else ", no-s2")
 
 
-def chunk_dry_run(quick=False) -> str:
+def chunk_dry_run(quick=False, only=None) -> str:
     """The chunks sweep's plan, without a GPU: per cell, each variant's chunk counts, key block,
     stage-1 programs, wave fill and whether stage 2 runs."""
     lines = ["| shape | batch | ctx | variants (counts x block, stage-1 programs, wave fill) |", "|---|---|---|---|"]
-    for shape, bsz, ctx in chunk_cells(quick):
+    for shape, bsz, ctx in chunk_cells(quick, only):
         vs = chunk_variants(shape, [ctx] * bsz)
         lines.append(f"| {'/'.join(map(str, shape))} | {bsz} | {ctx} | "
                      + "; ".join(f"{lb}: {_plan_label(p)}" for lb, (_, p) in vs.items()) + " |")
@@ -427,12 +450,14 @@ def main():
     ap.add_argument("--dry-run", action="store_true",
                     help="chunks: print the cells and what each variant launches (chunk counts, block, wave fill), "
                          "no GPU needed")
+    ap.add_argument("--only", action="append", metavar="Hq/Hkv/D[:batch]",
+                    help="chunks: only these shapes (and batches), repeatable")
     add_flush_option(ap)
     args = ap.parse_args()
     if args.dry_run:
         if args.sweep != "chunks":
             ap.error(f"--dry-run: only the chunks sweep has one, not {args.sweep}")
-        print(chunk_dry_run(args.quick), end="")
+        print(chunk_dry_run(args.quick, args.only), end="")
         return
     timing.set_bench_flush(args.flush)
     import triton
@@ -445,7 +470,7 @@ def main():
     t0 = time.time()
     deadline = t0 + args.max_seconds
     if args.sweep == "chunks":
-        rows = chunk_sweep(args.reps, tbs, args.quick, deadline, args.rounds)
+        rows = chunk_sweep(args.reps, tbs, args.quick, deadline, args.rounds, args.only)
     else:
         rows = (split_sweep if args.sweep == "split" else lean_sweep)(args.reps, tbs, args.quick, deadline)
     meta["seconds"] = time.time() - t0

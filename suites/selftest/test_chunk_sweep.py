@@ -84,3 +84,16 @@ def test_a_capped_budget_is_not_a_chunk_count():
     assert res.ok, res.message
     assert counts == [2]
 
+
+
+def test_only_resumes_a_cut_sweep_at_the_cells_named():
+    """`--only`: a call that resumes a sweep cut by its deadline times the named cells and no
+    others; a filter that matches nothing stops the run, instead of a green sweep of no cells."""
+    sweep = importlib.import_module("benchmarks.sweep")
+    picked = sweep.chunk_cells(only=["16/2/256:48", "32/8/128:64"])
+    assert picked and {(s, b) for s, b, _ in picked} == {((16, 2, 256), 48), ((32, 8, 128), 64)}
+    assert [c for c in sweep.chunk_cells() if c in picked] == picked  # the sweep's own order
+    assert {s for s, _, _ in sweep.chunk_cells(only=["16/2/256"])} == {(16, 2, 256)}
+    for bad in ("16/2/255", "16/2", "x:8"):
+        with pytest.raises(SystemExit, match="--only"):
+            sweep.chunk_cells(only=[bad])
