@@ -61,6 +61,10 @@ def _checkout_entry_points() -> dict[str, str]:
     return dict(data.get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
 
 
+# Opt-in configurations of the shipped kernels: in no default run, listed by --list-kernels.
+OPT_IN_SPECS = (f"{SHIPPED_PACKAGE}.registry:adaptive_split_graph",)
+
+
 def shipped_specs() -> list[str]:
     """The kernels this package ships (registered by its own pyproject.toml)."""
     return [v for v in entry_point_specs().values() if v.startswith(SHIPPED_PACKAGE + ".")]

@@ -34,3 +34,8 @@ def test_list_kernels_default_set():
     assert run.rc == 0, run.out[-2000:]
     for spec in shipped_specs():
         assert spec in run.out, f"{spec} not listed"
+    # the opt-in configuration README's table names, and every adapter, each under its spec
+    from decode_conformance_kernels.registry import ADAPTERS
+    for spec in ["decode_conformance_kernels.registry:adaptive_split_graph"] + [
+            f"decode_conformance_kernels.registry:{name}" for name in ADAPTERS]:
+        assert spec in run.out, f"{spec} not listed"
