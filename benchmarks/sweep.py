@@ -35,7 +35,7 @@ from decode_conformance.batch import Workspace  # noqa: E402
 from decode_conformance.cases import Case  # noqa: E402
 from decode_conformance.metrics import cosine  # noqa: E402
 from decode_conformance.runner import prepare  # noqa: E402
-from decode_conformance_kernels import kv_layout, registry, split_rule  # noqa: E402
+from decode_conformance_kernels import registry, split_rule  # noqa: E402
 
 SPLIT_SHAPES = [(32, 8, 128), (16, 2, 256)]
 SPLIT_BATCHES = [1, 4, 16, 32]
@@ -227,28 +227,11 @@ def lean_sweep(reps, tbs, quick=False, deadline=float("inf")):
     return _measure_cells(cells, deadline, describe, measure)
 
 
-class ForcedChunks:
-    """`adaptive_split` with the rule bypassed: every request cut into exactly `chunks` chunks
-    (fewer only where it has fewer than chunks x MIN_CHUNK keys), `block_n` keys per step. The
-    budget and the occupancy count are both `chunks`, so a request's cap is `chunks` whatever
-    its share. (`AdaptiveSplitKernel(max_splits=c)` is not that: it caps the budget, and the
-    rule then picks the occupancy count under it - at 32/8/128 b32-8k max_splits=3 ran 2 chunks.)"""
-
-    def __init__(self, chunks: int, block_n=None):
-        from decode_conformance_kernels import adaptive_split
-        self.caps = adaptive_split.CAPS
-        self.chunks, self.block_n = int(chunks), block_n
-        self.name = f"c{chunks}" + (f"-b{block_n}" if block_n else "")
-
-    def plan(self, batch):
-        from decode_conformance_kernels import adaptive_split as ad
-        from decode_conformance_kernels.split_k_adapter import plan_launch
-        bound = max(kv_layout.visible_lengths(batch.seq_lens_host, batch.window), default=0)
-        axis = ad.chunk_axis(batch.q, batch.k_cache, batch.v_cache, self.chunks, bound, block_n=self.block_n)
-        shapes = ad.workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, axis)
-        return plan_launch(batch, self.name, shapes, ad.decode_attention_adaptive, splits=self.chunks,
-                           occupancy=self.chunks, block_n=self.block_n, max_visible=bound,
-                           planned_seq_lens=tuple(batch.seq_lens_host))
+def ForcedChunks(chunks: int, block_n=None):
+    """`adaptive_split` with the rule bypassed (`AdaptiveSplitKernel(chunks=...)`): every request
+    cut into exactly `chunks` chunks, `block_n` keys per step."""
+    from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
+    return AdaptiveSplitKernel(chunks=chunks, block_n=block_n)
 
 
 def chunk_cells(quick: bool = False, only=None) -> list:

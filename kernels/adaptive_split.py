@@ -320,13 +320,13 @@ def decode_attention_adaptive(
         programs = min(grid_chunks, split_rule.most_chunks(kv_layout.visible_lengths(lens, window), sum(lens), S,
                                                            occupancy, min_chunk, block_n))
     partials, partial_lse = tc.split_k_scratch(q, partials, partial_lse, workspace_shapes(B, Hq, Dv, grid_chunks))
-    # No request of any launch of these buffers takes more chunks than stage 1 has programs (the
-    # device's cap stops at the `ceiling` min(S, programs)), so stage 2 and its tile follow the
-    # programs, not the partials' room. A plan whose requests all take one chunk launches no
-    # stage 2 (docs/gpu-runs/2026-12-04-h200-s24, s24-7, 32/8/128 b64-2k, one chunk each: 130.8
-    # and 130.6 us with a stage 2 that has nothing to merge, 127.7 with a budget of one, which
-    # launches none); one of at most 8 chunks merges with the 8-wide tile alone (sized for the
-    # partials' 64 at b32-8k, stage 2 ran 8-warp programs in two waves: 14.5 us in s24-6).
+    # No request of any launch of these buffers takes more chunks than stage 1 has programs (the device's cap
+    # stops at the `ceiling`, `programs`: never more than the axis, which never exceeds the budget S), so stage
+    # 2 and its tile follow the programs, not the partials' room. A plan whose requests all take one chunk
+    # launches no stage 2 (docs/gpu-runs/2026-12-04-h200-s24, s24-7, 32/8/128 b64-2k, one chunk each: 130.8 and
+    # 130.6 us with a stage 2 that has nothing to merge, 127.7 with a budget of one, which launches none); one
+    # of at most 8 chunks merges with the 8-wide tile alone (sized for the partials' 64 at b32-8k, stage 2 ran
+    # 8-warp programs in two waves: 14.5 us in s24-6).
     merge = programs >= 2  # else every request is finished in stage 1
     pdl = tc.dependent_launch(q)  # stage 1 takes the flag whether or not stage 2 follows: one variant
     slices = (stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)) if merge else 0
@@ -337,7 +337,7 @@ def decode_attention_adaptive(
     outputs = tc.output_args(out, lse, sinks, v_scale, partial_lse)
     _adaptive_stage1[(B, tiling["kv_head_tiles"], programs)](
         *tc.cache_args(q, ctx, kv_indptr, kv_indices), *tc.partial_args(partials, partial_lse), *outputs,
-        *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, min(S, programs), int(early),
+        *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, programs, int(early),
         **tc.stage1_constexprs(ctx, softcap),
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl))
     if not merge:
@@ -345,7 +345,7 @@ def decode_attention_adaptive(
     slice_dv = dims["BLOCK_DV"] // slices
     tile = tc.split_tile(max(programs, tc.STAGE2_SMALL_TILE), slice_dv)  # counts <= 8: the 8-wide tile, as before
     _adaptive_stage2[(B, Hq, slices)](
-        kv_indptr, visible, S, occupancy, B, min(S, programs), *tc.partial_args(partials, partial_lse), *outputs,
+        kv_indptr, visible, S, occupancy, B, programs, *tc.partial_args(partials, partial_lse), *outputs,
         DV=Dv, SPLIT_TILE=tile, SLICE_DV=slice_dv, SMALL_TILE=min(tile, tc.STAGE2_SMALL_TILE),
         MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, PDL=int(pdl),
         num_warps=4 if tile * slice_dv <= 4096 else 8, num_stages=1, **({"launch_pdl": True} if pdl else {}))
@@ -357,6 +357,11 @@ CAPS = SPLIT_K_CAPS
 class AdaptiveSplitKernel:
     """Adapter for the suite. The chunk budget is `split_rule.grid_splits` for the batch's
     size, head tiling and the device's SM count; batch.num_splits, when set, caps it.
+
+    chunks: every request cut into exactly that many chunks (fewer only where it has fewer than
+    chunks x min_chunk keys), whatever the batch and the SM count: a sweep's fixed count.
+    (`max_splits` is not that: it caps the budget, and the rule then picks the occupancy count
+    under it - at 32/8/128 b32-8k max_splits=3 ran 2 chunks.)
 
     sized_for_lengths=False launches as dispatch does under CUDA-graph capture (and as a
     caller of `decode_attention_adaptive` that passes neither `max_visible` nor
@@ -373,9 +378,10 @@ class AdaptiveSplitKernel:
 
     def __init__(self, num_sms: Optional[int] = None, max_splits: Optional[int] = None,
                  min_chunk: int = split_rule.MIN_CHUNK, block_n: Optional[int] = None,
-                 sized_for_lengths: bool = True):
+                 sized_for_lengths: bool = True, chunks: Optional[int] = None):
         self.num_sms = num_sms
         self.max_splits = max_splits
+        self.chunks = chunks
         self.min_chunk = min_chunk
         self.block_n = block_n
         self.sized_for_lengths = sized_for_lengths
@@ -383,10 +389,13 @@ class AdaptiveSplitKernel:
             self.name = f"{type(self).name}_graph"
 
     def plan(self, batch):
-        cap = batch.num_splits or self.max_splits
-        S, occ = plan_splits(batch.batch_size, batch.num_q_heads, batch.num_kv_heads, device=batch.device,
-                             num_sms=self.num_sms, max_splits=cap, mla=batch.v_from_k, head_dim=batch.head_dim,
-                             kv_bytes=batch.k_cache.element_size(), fp8_mma=self.fp8_mma)
+        if self.chunks:  # the rule bypassed: budget and occupancy count both `chunks`
+            S = occ = int(self.chunks)
+        else:
+            S, occ = plan_splits(batch.batch_size, batch.num_q_heads, batch.num_kv_heads, device=batch.device,
+                                 num_sms=self.num_sms, max_splits=batch.num_splits or self.max_splits,
+                                 mla=batch.v_from_k, head_dim=batch.head_dim,
+                                 kv_bytes=batch.k_cache.element_size(), fp8_mma=self.fp8_mma)
         # The planned lengths bound every launch of this plan (a graph-safe plan is made at the
         # capacity its graph serves): the grid's chunk axis and the partials stop at the
         # longest one's chunk count, and stage 2 is not launched when none can take two chunks.

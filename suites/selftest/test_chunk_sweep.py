@@ -85,7 +85,6 @@ def test_a_capped_budget_is_not_a_chunk_count():
     assert counts == [2]
 
 
-
 def test_only_resumes_a_cut_sweep_at_the_cells_named():
     """`--only`: a call that resumes a sweep cut by its deadline times the named cells and no
     others; a filter that matches nothing stops the run, instead of a green sweep of no cells."""
