@@ -31,30 +31,23 @@ import time
 
 
 def install(out_dir: str) -> None:
-    """Log this process's Triton compiles and host-module builds under out_dir (one file per process)."""
-    path = pathlib.Path(out_dir)
-    path.mkdir(parents=True, exist_ok=True)
+    """Log this process's Triton compiles and host-module builds under out_dir (one file per process).
+    The kernel lines are decode_conformance.compile_ahead's records (which a compile-ahead manifest
+    is built from), with this summary's fields added."""
+    from decode_conformance import compile_ahead
     proc = f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}"
-    sink = open(path / f"{proc}.jsonl", "a", buffering=1)
     born = time.time()
 
+    def fields(kw, t0) -> dict:
+        jit = getattr(kw["fn"], "jit_function", None)
+        return dict(proc=proc, born=born, kind="kernel", kernel=kw["fn"].name, t0=t0,
+                    variant=variant(getattr(jit, "arg_names", []), kw["compile"]))
+
+    sink = compile_ahead.install_recorder(out_dir, extra=fields)
+
     def write(**rec):
-        sink.write(json.dumps({"proc": proc, "born": born, **rec}) + "\n")
+        sink(json.dumps({"proc": proc, "born": born, **rec}))
 
-    from triton import knobs
-    started: dict = {}
-
-    def before(*, key, fn, **_):
-        started[str(key)] = time.time()
-        return False  # never skip the compile
-
-    def after(*, key, fn, compile, **_):
-        t0 = started.pop(str(key), None)
-        write(kind="kernel", kernel=fn.name, t0=t0, seconds=None if t0 is None else time.time() - t0,
-              variant=variant(getattr(getattr(fn, "jit_function", None), "arg_names", []), compile))
-
-    knobs.runtime.jit_cache_hook = before
-    knobs.runtime.jit_post_compile_hook = after
     # The host-side C modules (driver utilities, launchers): triton 3.6's driver calls the builder
     # by the name it imported; later versions build elsewhere, and are then not timed.
     try:

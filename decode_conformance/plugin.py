@@ -49,6 +49,11 @@ def pytest_addoption(parser):
                 help="per-case time limit (0 = none; default 600 on a GPU, 900 on cpu). Under "
                      "--isolation=process a case past it fails and the run goes on; under --isolation=none "
                      "a hung case ends the whole run (tracebacks dumped)")
+    g.addoption("--compile-ahead", default=None, metavar="auto|off|MANIFEST",
+                help="compile the run's Triton variants first, in parallel on every host core (compile_ahead.py): "
+                     "auto (default) from the shipped manifest of this GPU class and Triton version when the run "
+                     "is the one it was recorded from (the shipped kernels on the whole parity set); off; or a "
+                     "manifest's path")
     from . import fuzz_options, perf_options
     perf_options.add_options(g)
     fuzz_options.add_options(g)
@@ -116,12 +121,43 @@ def pytest_configure(config):
     if (worker is not None and worker.get(_WORKER_FLAG)) or (worker is None and conformance_requested(config)):
         s = state_of(config, activate=True)
         runs_cases = worker is not None or (getattr(config.option, "dist", "no") or "no") == "no"
+        if worker is None and not config.option.collectonly:
+            _start_compile_ahead(config, s)
         if runs_cases and not config.option.collectonly:
             from .door import start_isolated_worker
             start_isolated_worker(s)
 
 
+_COMPILE_AHEAD = pytest.StashKey[dict]()
+
+
+def _start_compile_ahead(config, s) -> None:
+    """The pool of compile_ahead.py, started before any worker: the processes that run cases
+    inherit where it will write its summary ($DECODE_CONFORMANCE_COMPILE_AHEAD_DONE) and wait for it."""
+    from . import compile_ahead
+    manifest, why = compile_ahead.plan(config, s)
+    info = {"why": why}
+    if manifest is not None:
+        import tempfile
+        folder = tempfile.mkdtemp(prefix="decode-conformance-compile-ahead-")
+        done = os.path.join(folder, "summary.json")
+        try:
+            compile_ahead.load_manifest(manifest)  # a bad manifest is a usage error, here, once
+        except compile_ahead.ManifestError as e:
+            raise pytest.UsageError(str(e)) from e
+        info.update(done=done, log=os.path.join(folder, "pool.log"),
+                    proc=compile_ahead.start(manifest, done, log_path=os.path.join(folder, "pool.log")))
+        os.environ[compile_ahead.DONE_ENV] = done
+    config.stash[_COMPILE_AHEAD] = info
+
+
 def pytest_unconfigure(config):
+    proc = config.stash.get(_COMPILE_AHEAD, {}).get("proc")
+    if proc is not None:
+        if proc.poll() is None:  # a run that ended first (interrupted, or every case deselected)
+            proc.terminate()
+        from .compile_ahead import DONE_ENV
+        os.environ.pop(DONE_ENV, None)  # not inherited by whatever this process runs next
     s = state_of(config)
     if s is not None and s.runner is not None:
         s.runner.close()
@@ -143,7 +179,8 @@ def pytest_report_header(config):
     return [f"decode-conformance: device={s.device} gpu_class={s.gpu_class} case_set={s.case_set} "
             f"profile={s.profile} TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')} "
             f"isolation={s.isolation} case_timeout={timeout}",
-            "kernels: " + ", ".join(f"{k.name} ({k.spec})" for k in s.kernels)]
+            "kernels: " + ", ".join(f"{k.name} ({k.spec})" for k in s.kernels)] + (
+        [f"compile ahead: {config.stash[_COMPILE_AHEAD]['why']}"] if _COMPILE_AHEAD in config.stash else [])
 
 
 # ---- parametrization ---------------------------------------------------------------------
@@ -308,6 +345,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"decode-conformance: EVERY parity case of kernel {name!r} was skipped - nothing was "
                       f"tested{'' if s.require_cases else ' (pass --require-cases to fail the run for it)'}",
                       red=True, bold=True)
+    ahead = config.stash.get(_COMPILE_AHEAD, {})
+    if "done" in ahead:
+        from . import compile_ahead
+        summary = compile_ahead.wait(limit_s=0.0) if os.path.exists(ahead["done"]) else None
+        line = compile_ahead.summary_line(summary) if summary else "compile ahead: the pool had not finished"
+        tr.write_line(f"decode-conformance {line} (log: {ahead['log']})",
+                      yellow=bool(summary is None or "error" in summary or summary["failed"]))
     written = config.stash.get(_WRITTEN, None)
     if written:
         tr.write_line(f"decode-conformance report: {written[0]} and {written[1]}")

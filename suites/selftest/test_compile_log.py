@@ -13,7 +13,7 @@ import compile_log  # noqa: E402
 # (Q, n, B): Q a bf16 pointer divisible by 16, n an int specialized to 1, B a constexpr.
 COMPILE = {"key": "k", "signature": {"Q": "*bf16", "n": "i32", "B": "constexpr"},
            "constants": {(1,): 1, (2,): 64}, "configs": [{(0,): [["tt.divisibility", 16]]}],
-           "num_warps": 4, "num_stages": 3}
+           "num_warps": 4, "num_stages": 3, "specialization_data": '{"key": "k"}'}
 
 
 def test_variant_names_each_argument_by_its_specialization():
@@ -45,15 +45,23 @@ def test_install_records_what_the_hooks_receive(tmp_path, monkeypatch):
     monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", None)
     compile_log.install(str(tmp_path))
 
+    def stage1():
+        pass
+
     class Fn:  # triton's JitFunctionInfo: module, name, jit_function
         name = "stage1"
-        jit_function = type("J", (), {"arg_names": ["Q", "n", "B"]})()
+        jit_function = type("J", (), {"arg_names": ["Q", "n", "B"], "fn": stage1, "cache_key": "src-hash"})()
 
     hook_kwargs = dict(key="k", repr="stage1[...]", fn=Fn(), compile=COMPILE, is_manual_warmup=False,
                        already_compiled=False)
-    assert knobs.runtime.jit_cache_hook(**hook_kwargs) is False  # never skips the compile
-    knobs.runtime.jit_post_compile_hook(**hook_kwargs)
+    from decode_conformance.compile_ahead import offline_target
+    with offline_target({"backend": "cuda", "arch": 90, "warp_size": 32}):
+        assert knobs.runtime.jit_cache_hook(**hook_kwargs) is False  # never skips the compile
+        knobs.runtime.jit_post_compile_hook(**hook_kwargs)
     (log,) = tmp_path.glob("*.jsonl")
     (rec,) = [json.loads(line) for line in log.read_text().splitlines()]
     assert rec["kernel"] == "stage1" and rec["kind"] == "kernel" and rec["seconds"] >= 0
     assert rec["variant"]["n"] == "i32=1"
+    # ... and a compile-ahead manifest's fields (decode_conformance.compile_ahead.build_manifest)
+    assert (rec["fn"], rec["hash"], rec["data"]) == (f"{__name__}:{stage1.__qualname__}", "src-hash", '{"key": "k"}')
+    assert rec["target"] == {"backend": "cuda", "arch": 90, "warp_size": 32}

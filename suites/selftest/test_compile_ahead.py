@@ -1,0 +1,200 @@
+"""compile_ahead.py: a recorded run's variants, compiled by a pool, are the ones a later run finds.
+
+The end-to-end test compiles for sm_90 on this machine, GPU or not (Triton's NVIDIA backend and
+its bundled ptxas; `compile_ahead.offline_target`), in fresh processes without TRITON_INTERPRET:
+  1. a run records its compiles (two variants of a small kernel);
+  2. the manifest built from the records is compiled by the pool into an empty Triton cache;
+  3. a later run on that cache compiles the two variants and a third: only the third is new.
+With a manifest that lost an entry (a pool that skips variants), the later run compiles two.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+
+from decode_conformance import compile_ahead
+
+PROBE = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
+'''
+
+# Records (install_recorder) when given a folder, then compiles the BLOCK sizes given for sm_90.
+RUN = '''
+import sys, torch, ca_probe
+from decode_conformance import compile_ahead
+if sys.argv[1] != "-":
+    compile_ahead.install_recorder(sys.argv[1])
+with compile_ahead.offline_target({"backend": "cuda", "arch": 90, "warp_size": 32}):
+    x = torch.zeros(256)
+    for block in map(int, sys.argv[2:]):
+        ca_probe.scale.warmup(x, x, 256, BLOCK=block, grid=(1,))
+'''
+
+SM90 = {"backend": "cuda", "arch": 90, "warp_size": 32}
+
+
+def _has_nvidia_backend() -> bool:
+    try:
+        import triton
+        from triton.backends import backends
+    except ImportError:
+        return False
+    ptxas = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    return "nvidia" in backends and ptxas.exists()
+
+
+def _env(tmp_path, cache) -> dict:
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["TRITON_CACHE_DIR"] = str(cache)
+    return env
+
+
+def _run(tmp_path, cache, log, *blocks):
+    subprocess.run([sys.executable, "-c", RUN, str(log) if log else "-", *map(str, blocks)], env=_env(tmp_path, cache),
+                   check=True, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+def _variants(cache) -> set:
+    """Compiled variants in a Triton cache: one group file (__grp__*.json) per variant."""
+    return {p.parent.name for p in pathlib.Path(cache).rglob("__grp__*.json")}
+
+
+@pytest.mark.skipif(not _has_nvidia_backend(), reason="needs Triton's NVIDIA backend and its ptxas (compiles for sm_90)")
+@pytest.mark.parametrize("kept", [2, 1], ids=["whole-manifest", "manifest-missing-a-variant"])
+def test_pool_compiles_what_the_later_run_would(tmp_path, kept):
+    (tmp_path / "ca_probe.py").write_text(textwrap.dedent(PROBE))
+    _run(tmp_path, tmp_path / "cache-record", tmp_path / "log", 32, 64)
+    manifest = compile_ahead.build_manifest(tmp_path / "log", "sm_90")
+    assert manifest["target"] == SM90 and len(manifest["entries"]) == 2
+    manifest["entries"] = manifest["entries"][:kept]
+    (tmp_path / "m.json").write_text(json.dumps(manifest))
+
+    cache = tmp_path / "cache"
+    pool = subprocess.run([sys.executable, "-m", "decode_conformance.compile_ahead", "precompile", str(tmp_path / "m.json"),
+                           "--jobs", "2", "--done", str(tmp_path / "done.json")], env=_env(tmp_path, cache),
+                          capture_output=True, text=True, timeout=300)
+    assert pool.returncode == 0, pool.stdout + pool.stderr
+    summary = json.loads((tmp_path / "done.json").read_text())
+    assert (summary["compiled"], summary["failed"], summary["stale"]) == (kept, [], 0)
+    before = _variants(cache)
+    assert len(before) == kept
+
+    _run(tmp_path, cache, None, 32, 64, 128)
+    new = _variants(cache) - before
+    assert len(new) == 3 - kept, f"the later run compiled {len(new)} variants; the pool should have left {3 - kept}"
+
+
+def _write_log(folder, rows):
+    folder.mkdir()
+    (folder / "w-1.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def _row(key, seconds, target=SM90, fn="m:k"):
+    return {"fn": fn, "hash": "h", "seconds": seconds, "target": target, "data": json.dumps({"key": key})}
+
+
+def test_manifest_keeps_one_entry_per_variant_with_its_longest_compile(tmp_path):
+    _write_log(tmp_path / "log", [_row("a", 0.8), _row("a", 0.01), _row("b", 0.3), _row("a", 0.2, fn="m:other"),
+                                  {"kind": "host-module", "seconds": 1.0}])
+    m = compile_ahead.build_manifest(tmp_path / "log", "sm_90")
+    assert sorted((e["fn"], json.loads(e["data"])["key"], e["seconds"]) for e in m["entries"]) == [
+        ("m:k", "a", 0.8), ("m:k", "b", 0.3), ("m:other", "a", 0.2)]
+    assert (m["gpu_class"], m["target"], m["format"]) == ("sm_90", SM90, compile_ahead.FORMAT)
+
+
+def test_manifest_refuses_records_of_two_targets_and_an_empty_log(tmp_path):
+    _write_log(tmp_path / "two", [_row("a", 0.1), _row("b", 0.1, target={**SM90, "arch": 80})])
+    with pytest.raises(compile_ahead.ManifestError, match="2 targets"):
+        compile_ahead.build_manifest(tmp_path / "two", "sm_90")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(compile_ahead.ManifestError, match="no compile records"):
+        compile_ahead.build_manifest(tmp_path / "empty", "sm_90")
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda m: m.update(format=0), "format: expected 1"),
+    (lambda m: m.pop("target"), "target: expected a dict"),
+    (lambda m: m["entries"].append({"fn": "m:k"}), r"entries\[1\]: expected strings fn and data, missing \['data'\]"),
+])
+def test_a_bad_manifest_names_the_field(tmp_path, change, field):
+    m = {"format": 1, "triton": "3.6.0", "gpu_class": "sm_90", "target": SM90, "entries": [{"fn": "m:k", "data": "{}"}]}
+    change(m)
+    (tmp_path / "m.json").write_text(json.dumps(m))
+    with pytest.raises(compile_ahead.ManifestError, match=field):
+        compile_ahead.load_manifest(tmp_path / "m.json")
+
+
+def _config(**opts):
+    values = {"--compile-ahead": None, "--kernel": [], "keyword": "", "markexpr": "", **opts}
+    return types.SimpleNamespace(getoption=values.get, option=types.SimpleNamespace(lf=False), args=["suites/parity"])
+
+
+def _state(**kw):
+    return types.SimpleNamespace(**{"device": "cuda", "case_set": "parity", "case_ids": [], "gpu_class": "sm_90", **kw})
+
+
+def test_plan_uses_the_shipped_manifest_only_for_the_run_it_was_recorded_from(tmp_path, monkeypatch):
+    shipped = tmp_path / "triton-x.json"
+    monkeypatch.delenv("DECODE_CONFORMANCE_KERNELS", raising=False)
+    monkeypatch.setattr(compile_ahead, "shipped_manifest", lambda gpu_class: shipped if gpu_class == "sm_90" else None)
+    assert compile_ahead.plan(_config(), _state())[0] == shipped
+    for config, state, why in [
+        (_config(), _state(device="cpu"), "interpreter"),
+        (_config(**{"--compile-ahead": "off"}), _state(), "--compile-ahead=off"),
+        (_config(**{"--kernel": ["mine:k"]}), _state(), "kernels other than the shipped ones"),
+        (_config(keyword="mla"), _state(), "a selection of the tests"),
+        (_config(), _state(case_set="smoke"), "case set smoke"),
+        (_config(), _state(case_ids=["x"]), "filtered by --case-id"),
+        (_config(), _state(gpu_class="gfx942"), "no shipped manifest for gfx942"),
+    ]:
+        path, reason = compile_ahead.plan(config, state)
+        assert path is None and why in reason, reason
+    assert compile_ahead.plan(_config(**{"--compile-ahead": str(shipped)}), _state(gpu_class="gfx942"))[0] == shipped
+
+
+def test_wait_returns_the_pool_summary_once_and_names_a_pool_that_never_finished(tmp_path, monkeypatch):
+    done = tmp_path / "summary.json"
+    done.write_text(json.dumps({"compiled": 3, "entries": 3, "failed": [], "stale": 1, "seconds": 2.0, "jobs": 2}))
+    monkeypatch.setenv(compile_ahead.DONE_ENV, str(done))
+    monkeypatch.setattr(compile_ahead, "_WAITED", {})
+    s = compile_ahead.wait()
+    assert compile_ahead.summary_line(s) == ("compile ahead: 3 of 3 variants in 2.0 s on 2 processes; 1 recorded "
+                                             "from other kernel source (re-record the manifest)")
+    monkeypatch.setenv(compile_ahead.DONE_ENV, str(tmp_path / "never.json"))
+    assert "no summary from the compile-ahead pool after 0 s" in compile_ahead.wait(limit_s=0.0)["error"]
+    monkeypatch.delenv(compile_ahead.DONE_ENV)
+    assert compile_ahead.wait() is None
+
+
+@pytest.mark.skipif(not _has_nvidia_backend(), reason="needs Triton's NVIDIA backend and its ptxas (compiles for sm_90)")
+def test_a_run_given_a_manifest_starts_the_pool_and_reports_it(tmp_path):
+    """The plugin's wiring, on the CPU: `--compile-ahead=PATH` starts the pool at configure time,
+    the xdist worker waits for it before its case, and the run's summary reports the pool's."""
+    (tmp_path / "ca_probe.py").write_text(textwrap.dedent(PROBE))
+    _run(tmp_path, tmp_path / "cache-record", tmp_path / "log", 32)
+    (tmp_path / "m.json").write_text(json.dumps(compile_ahead.build_manifest(tmp_path / "log", "sm_90")))
+    root = pathlib.Path(__file__).resolve().parents[2]
+    case = "bf16-paged1-h6g3-d128-B2[300,17]-late-spike-s1029380271"
+    env = {**_env(tmp_path, tmp_path / "cache"), "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, "-m", "pytest", str(root / "suites/parity/test_parity.py"), "-p", "no:cacheprovider",
+                          "--case-set", "smoke", "--case-id", case, "--kernel", "decode_conformance_kernels.registry:torch_gather",
+                          "-n", "1", f"--compile-ahead={tmp_path / 'm.json'}", "--device", "cpu"],
+                         env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert f"compile ahead: --compile-ahead={tmp_path / 'm.json'}" in run.stdout
+    assert "decode-conformance compile ahead: 1 of 1 variants in" in run.stdout, run.stdout[-2000:]
+    assert _variants(tmp_path / "cache"), "the pool compiled nothing into the run's Triton cache"
