@@ -160,8 +160,9 @@ def regression_record(case: Case, kernel_name: str, message: str, seed: int, exa
 def reproduce_lines(kernel_spec: str, case: Case, device: str, seed: int, examples: int, database: Optional[str],
                     suite: str = "suites/parity/test_fuzz.py", pyargs: bool = False) -> list[str]:
     one = ["python", "-m", "decode_conformance.fuzz", "--kernel", kernel_spec, "--case", json.dumps(case.to_dict())]
-    search = ["python", "-m", "pytest"] + (["--pyargs"] if pyargs else []) + [suite, f"--kernel={kernel_spec}", "--case-set=fuzz",
-                                                               f"--fuzz-seed={seed}", f"--fuzz-examples={examples}"]
+    from .runner import PYTEST_COMMAND
+    search = list(PYTEST_COMMAND) + (["--pyargs"] if pyargs else []) + [suite, f"--kernel={kernel_spec}", "--case-set=fuzz",
+                                                                       f"--fuzz-seed={seed}", f"--fuzz-examples={examples}"]
     if database:
         search.append(f"--fuzz-database={database}")
     if device != "cpu":

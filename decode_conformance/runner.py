@@ -60,6 +60,13 @@ class CaseBuildError(Exception):
     """Building a case's tensors or its yardstick failed: the suite's problem, reported per case."""
 
 
+# How every reproduce line starts. `-p decode_conformance.plugin`: pasted into a shell whose Python
+# lacks this package, the line fails naming it ("Error importing plugin "decode_conformance.plugin":
+# No module named 'decode_conformance'") instead of with "unrecognized arguments: --kernel=...";
+# where the package is installed that is its entry point's own name, so pytest loads it once.
+PYTEST_COMMAND = ("python", "-m", "pytest", "-p", "decode_conformance.plugin")
+
+
 def repro_command(kernel_spec: str, case: Case, case_set: str, device: str, suite: str = "suites/parity",
                   pyargs: bool = False) -> str:
     """The one-line command that re-runs exactly this case, in the form the run was invoked with
@@ -67,8 +74,8 @@ def repro_command(kernel_spec: str, case: Case, case_set: str, device: str, suit
     `python -m pytest`, not `pytest`: it puts the current folder on sys.path (an adopter's
     uninstalled kernel package imports) and runs in the environment whose `python` is first on
     PATH rather than whichever `pytest` script is."""
-    parts = ["python", "-m", "pytest"] + (["--pyargs"] if pyargs else []) + [suite, f"--kernel={kernel_spec}",
-                                                             f"--case-set={case_set}", f"--case-id={case.id}"]
+    parts = list(PYTEST_COMMAND) + (["--pyargs"] if pyargs else []) + [suite, f"--kernel={kernel_spec}",
+                                                                      f"--case-set={case_set}", f"--case-id={case.id}"]
     if device != "cpu":
         parts.append(f"--device={device}")
     return " ".join(shlex.quote(p) for p in parts)

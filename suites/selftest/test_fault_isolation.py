@@ -93,7 +93,7 @@ def test_faulty_kernels_fail_only_their_own_cases(tmp_path):
         repro = r["repro"]
         assert repro and "\n" not in repro, f"{r['kernel']} {r['case']}: repro {repro!r}"
         argv = shlex.split(repro)
-        assert argv[:4] == ["python", "-m", "pytest", "suites/parity"], repro
+        assert argv[:6] == ["python", "-m", "pytest", "-p", "decode_conformance.plugin", "suites/parity"], repro
         assert f"--kernel={spec_of[r['kernel']]}" in argv and f"--case-id={r['case']}" in argv, repro
         assert f"reproduce: `{repro}`" in run.md, f"{r['kernel']} {r['case']}: repro missing from the Markdown"
 
@@ -196,5 +196,5 @@ def test_every_scenario_names_a_contract_violation_and_how_to_reproduce_it():
             block = re.search(rf"\[{name}\] {re.escape(cid)}: (?P<msg>.*?)\n  seed=.*?\n  reproduce: (?P<repro>[^\n]+)",
                               run.out, re.S)
             assert block and text in block["msg"], f"{name} {cid}\n{run.out[-3000:]}"
-            assert shlex.split(block["repro"])[:4] == ["python", "-m", "pytest", "suites/parity"], block["repro"]
+            assert shlex.split(block["repro"])[:6] == ["python", "-m", "pytest", "-p", "decode_conformance.plugin", "suites/parity"], block["repro"]
             assert f"--case-id={cid}" in shlex.split(block["repro"]), block["repro"]

@@ -134,7 +134,7 @@ def test_fuzz_mode_under_pytest_prints_the_record():
                           "DECODE_CONFORMANCE_FUZZ_SEED": str(DEMO_SEED)}, timeout=600)
     assert run.rc == 1, run.out[-3000:]
     assert "as a regression record" in run.out and "Regression(" in run.out and "scale=" in run.out
-    assert "reproduce the search:  python -m pytest suites/parity/test_fuzz.py" in run.out
+    assert "reproduce the search:  python -m pytest -p decode_conformance.plugin suites/parity/test_fuzz.py" in run.out
 
 
 @pytest.mark.parametrize("mode", [("-p", "no:xdist"), ("-n", "2", "--isolation=process")], ids=["no-xdist", "xdist"])
