@@ -279,7 +279,9 @@ def start(manifest_path, done_path, jobs: Optional[int] = None, log_path=None) -
     root = checkout_root()
     if root:  # a checkout that is not installed: the pool imports the package from it
         env["PYTHONPATH"] = os.pathsep.join([str(root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    (pathlib.Path(done_path).parent / "pool.pid").write_text(str(proc.pid))  # so a waiter sees a pool that died
+    return proc
 
 
 _WAITED: dict = {}
@@ -295,13 +297,36 @@ def wait(limit_s: float = WAIT_LIMIT_S) -> Optional[dict]:
         return _WAITED[done]
     deadline = time.monotonic() + limit_s
     path = pathlib.Path(done)
-    while not path.exists() and time.monotonic() < deadline:
+    pid = _pool_pid(path)
+    while not path.exists() and time.monotonic() < deadline and _alive(pid):
         time.sleep(0.05)
     try:
         _WAITED[done] = json.loads(path.read_text())
     except (OSError, ValueError):
-        _WAITED[done] = {"error": f"no summary from the compile-ahead pool after {limit_s:.0f} s; cases compile their own"}
+        why = (f"the pool (pid {pid}) ended without a summary" if not _alive(pid)
+               else f"no summary from the compile-ahead pool after {limit_s:.0f} s")
+        _WAITED[done] = {"error": f"{why}; cases compile their own"}
     return _WAITED[done]
+
+
+def _pool_pid(done: pathlib.Path) -> Optional[int]:
+    try:
+        return int((done.parent / "pool.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: Optional[int]) -> bool:
+    """Unknown counts as alive (the wait is then bounded by its limit alone)."""
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def summary_line(s: Optional[dict]) -> str:

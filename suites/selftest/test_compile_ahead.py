@@ -13,6 +13,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+import time
 import types
 
 import pytest
@@ -176,6 +177,15 @@ def test_wait_returns_the_pool_summary_once_and_names_a_pool_that_never_finished
                                              "from other kernel source (re-record the manifest)")
     monkeypatch.setenv(compile_ahead.DONE_ENV, str(tmp_path / "never.json"))
     assert "no summary from the compile-ahead pool after 0 s" in compile_ahead.wait(limit_s=0.0)["error"]
+    # a pool that died: the waiter stops at once, not at its limit
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "gone").mkdir()
+    (tmp_path / "gone" / "pool.pid").write_text(str(dead.pid))
+    monkeypatch.setenv(compile_ahead.DONE_ENV, str(tmp_path / "gone" / "summary.json"))
+    t0 = time.monotonic()
+    assert f"the pool (pid {dead.pid}) ended without a summary" in compile_ahead.wait(limit_s=60.0)["error"]
+    assert time.monotonic() - t0 < 30
     monkeypatch.delenv(compile_ahead.DONE_ENV)
     assert compile_ahead.wait() is None
 
