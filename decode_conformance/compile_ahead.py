@@ -264,9 +264,29 @@ def plan(config, state) -> tuple[Optional[pathlib.Path], str]:
     if path is None:
         import triton
         reasons.append(f"no shipped manifest for {state.gpu_class} and triton {triton.__version__}")
+    else:
+        stale = stale_functions(load_manifest(path))
+        if stale:  # the cases would compile other variants than the pool: all cost, no gain
+            reasons.append(f"the shipped manifest {path.parent.name}/{path.name} was recorded from other source of "
+                           f"{', '.join(stale)}: re-record it (docs/compile-ahead.md)")
     if reasons:
         return None, "off (" + "; ".join(reasons) + ")"
     return path, f"the shipped manifest {path.parent.name}/{path.name}"
+
+
+def source_hash(spec: str) -> Optional[str]:
+    """The Triton source hash of the JIT function `module:qualname` in this process (None when it
+    does not import, or is not a compiled JIT function: under TRITON_INTERPRET=1)."""
+    try:
+        return getattr(_resolve(spec), "cache_key", None)
+    except Exception:
+        return None
+
+
+def stale_functions(manifest: dict) -> list[str]:
+    """The manifest's JIT functions whose source here differs from the one recorded (or is gone)."""
+    recorded = {e["fn"]: e.get("hash") for e in manifest["entries"]}
+    return sorted(fn for fn, h in recorded.items() if source_hash(fn) != h)
 
 
 def start(manifest_path, done_path, jobs: Optional[int] = None, log_path=None) -> subprocess.Popen:

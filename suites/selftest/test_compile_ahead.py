@@ -83,6 +83,11 @@ def test_pool_compiles_what_the_later_run_would(tmp_path, kept):
     assert manifest["target"] == SM90 and len(manifest["entries"]) == 2
     manifest["entries"] = manifest["entries"][:kept]
     (tmp_path / "m.json").write_text(json.dumps(manifest))
+    stale = subprocess.run([sys.executable, "-c", "import json, sys; from decode_conformance import compile_ahead; "
+                            "print(json.dumps(compile_ahead.stale_functions(json.load(open(sys.argv[1])))))",
+                            str(tmp_path / "m.json")], env=_env(tmp_path, tmp_path / "cache-x"), capture_output=True,
+                           text=True, check=True, cwd=tmp_path)
+    assert json.loads(stale.stdout) == [], "a process importing the same source must find the recorded hash"
 
     cache = tmp_path / "cache"
     pool = subprocess.run([sys.executable, "-m", "decode_conformance.compile_ahead", "precompile", str(tmp_path / "m.json"),
@@ -150,9 +155,16 @@ def _state(**kw):
 
 def test_plan_uses_the_shipped_manifest_only_for_the_run_it_was_recorded_from(tmp_path, monkeypatch):
     shipped = tmp_path / "triton-x.json"
+    shipped.write_text(json.dumps({"format": 1, "triton": "x", "gpu_class": "sm_90", "target": SM90,
+                                   "entries": [{"fn": "m:k", "hash": "h1", "data": "{}"}]}))
     monkeypatch.delenv("DECODE_CONFORMANCE_KERNELS", raising=False)
     monkeypatch.setattr(compile_ahead, "shipped_manifest", lambda gpu_class: shipped if gpu_class == "sm_90" else None)
+    monkeypatch.setattr(compile_ahead, "source_hash", lambda fn: "h1")
     assert compile_ahead.plan(_config(), _state())[0] == shipped
+    monkeypatch.setattr(compile_ahead, "source_hash", lambda fn: "h2")  # the kernel changed since it was recorded
+    path, why = compile_ahead.plan(_config(), _state())
+    assert path is None and "was recorded from other source of m:k: re-record it" in why, why
+    monkeypatch.setattr(compile_ahead, "source_hash", lambda fn: "h1")
     for config, state, why in [
         (_config(), _state(device="cpu"), "interpreter"),
         (_config(**{"--compile-ahead": "off"}), _state(), "--compile-ahead=off"),
