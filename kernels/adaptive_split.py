@@ -388,14 +388,19 @@ class AdaptiveSplitKernel:
         if not sized_for_lengths:
             self.name = f"{type(self).name}_graph"
 
-    def plan(self, batch):
+    def chunk_budget(self, batch) -> tuple[int, int]:
+        """(chunk budget, occupancy count) for this batch: the rule's (`plan_splits`), or with
+        `chunks` both that count. A subclass that overrides this times another rule through the
+        same launch (the device takes both as arguments, whatever their values)."""
         if self.chunks:  # the rule bypassed: budget and occupancy count both `chunks`
-            S = occ = int(self.chunks)
-        else:
-            S, occ = plan_splits(batch.batch_size, batch.num_q_heads, batch.num_kv_heads, device=batch.device,
-                                 num_sms=self.num_sms, max_splits=batch.num_splits or self.max_splits,
-                                 mla=batch.v_from_k, head_dim=batch.head_dim,
-                                 kv_bytes=batch.k_cache.element_size(), fp8_mma=self.fp8_mma)
+            return int(self.chunks), int(self.chunks)
+        return plan_splits(batch.batch_size, batch.num_q_heads, batch.num_kv_heads, device=batch.device,
+                           num_sms=self.num_sms, max_splits=batch.num_splits or self.max_splits,
+                           mla=batch.v_from_k, head_dim=batch.head_dim,
+                           kv_bytes=batch.k_cache.element_size(), fp8_mma=self.fp8_mma)
+
+    def plan(self, batch):
+        S, occ = self.chunk_budget(batch)
         # The planned lengths bound every launch of this plan (a graph-safe plan is made at the
         # capacity its graph serves): the grid's chunk axis and the partials stop at the
         # longest one's chunk count, and stage 2 is not launched when none can take two chunks.
