@@ -260,6 +260,8 @@ def plan(config, state) -> tuple[Optional[pathlib.Path], str]:
     if config.getoption("keyword") or config.getoption("markexpr") or getattr(config.option, "lf", False) \
             or any("::" in a for a in config.args):
         reasons.append("a selection of the tests")
+    if (getattr(config.option, "splits", None) or 1) > 1:  # pytest-split: one group of the set (ci/shards.py)
+        reasons.append("one group of a split run (--splits)")
     path = shipped_manifest(state.gpu_class)
     if path is None:
         import triton

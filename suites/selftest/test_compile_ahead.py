@@ -146,7 +146,8 @@ def test_a_bad_manifest_names_the_field(tmp_path, change, field):
 
 def _config(**opts):
     values = {"--compile-ahead": None, "--kernel": [], "keyword": "", "markexpr": "", **opts}
-    return types.SimpleNamespace(getoption=values.get, option=types.SimpleNamespace(lf=False), args=["suites/parity"])
+    option = types.SimpleNamespace(lf=False, splits=values.pop("splits", None))
+    return types.SimpleNamespace(getoption=values.get, option=option, args=["suites/parity"])
 
 
 def _state(**kw):
@@ -170,6 +171,7 @@ def test_plan_uses_the_shipped_manifest_only_for_the_run_it_was_recorded_from(tm
         (_config(**{"--compile-ahead": "off"}), _state(), "--compile-ahead=off"),
         (_config(**{"--kernel": ["mine:k"]}), _state(), "kernels other than the shipped ones"),
         (_config(keyword="mla"), _state(), "a selection of the tests"),
+        (_config(splits=2), _state(), "one group of a split run"),
         (_config(), _state(case_set="smoke"), "case set smoke"),
         (_config(), _state(case_ids=["x"]), "filtered by --case-id"),
         (_config(), _state(gpu_class="gfx942"), "no shipped manifest for gfx942"),
