@@ -7,7 +7,7 @@ Each candidate is `adaptive_split` with another `chunk_budget` (the chunk budget
 count the device's per-request cap is computed from); the kernels and their launches are the shipped
 ones. Nothing here is shipped: a candidate that wins is moved into `kernels/split_rule.py`.
 
-The candidates of issue #27 (docs/gpu-runs/2026-12-04-h200-s27, the chunks sweep): at 32/8/128,
+The candidates, from the chunks sweep of docs/gpu-runs/2026-12-04-h200-s27: at 32/8/128,
 batch 8-32, the fastest 64-key count was at every cell the occupancy count for 4 stage-1 programs per
 SM with no wave-fill raise (8, 4, 2 and 2 chunks against the rule's 10, 5, 10 and 5), 0.1-8.4 %
 faster. Interleaved with the rule in one process (s27-3), that rule ran b1-32k 2.7 % faster and
