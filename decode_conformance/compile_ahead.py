@@ -216,7 +216,6 @@ def precompile(manifest: dict, jobs: Optional[int] = None) -> dict:
     jobs = max(1, jobs or os.cpu_count() or 1)
     entries = sorted(manifest["entries"], key=lambda e: -(e.get("seconds") or 0.0))
     t0 = time.time()
-    results = []
     root = checkout_root()
     with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, max(1, len(entries))),
                                                 mp_context=multiprocessing.get_context("spawn"),
