@@ -134,8 +134,8 @@ _COMPILE_AHEAD = pytest.StashKey[dict]()
 def _start_compile_ahead(config, s) -> None:
     """The pool of compile_ahead.py, started before any worker: the processes that run cases
     inherit where it will write its summary ($DECODE_CONFORMANCE_COMPILE_AHEAD_DONE) and wait for it."""
-    from . import compile_ahead
-    manifest, why = compile_ahead.plan(config, s)
+    from . import compile_ahead, compile_ahead_run
+    manifest, why = compile_ahead_run.plan(config, s)
     info = {"why": why}
     if manifest is not None:
         import tempfile
@@ -146,8 +146,8 @@ def _start_compile_ahead(config, s) -> None:
         except compile_ahead.ManifestError as e:
             raise pytest.UsageError(str(e)) from e
         info.update(done=done, log=os.path.join(folder, "pool.log"),
-                    proc=compile_ahead.start(manifest, done, log_path=os.path.join(folder, "pool.log")))
-        os.environ[compile_ahead.DONE_ENV] = done
+                    proc=compile_ahead_run.start(manifest, done, log_path=os.path.join(folder, "pool.log")))
+        os.environ[compile_ahead_run.DONE_ENV] = done
     config.stash[_COMPILE_AHEAD] = info
 
 
@@ -156,7 +156,7 @@ def pytest_unconfigure(config):
     if proc is not None:
         if proc.poll() is None:  # a run that ended first (interrupted, or every case deselected)
             proc.terminate()
-        from .compile_ahead import DONE_ENV
+        from .compile_ahead_run import DONE_ENV
         os.environ.pop(DONE_ENV, None)  # not inherited by whatever this process runs next
     s = state_of(config)
     if s is not None and s.runner is not None:
@@ -347,8 +347,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                       red=True, bold=True)
     ahead = config.stash.get(_COMPILE_AHEAD, {})
     if "done" in ahead:
-        from . import compile_ahead
-        summary = compile_ahead.wait(limit_s=0.0) if os.path.exists(ahead["done"]) else None
+        from . import compile_ahead, compile_ahead_run
+        summary = compile_ahead_run.wait(limit_s=0.0) if os.path.exists(ahead["done"]) else None
         line = compile_ahead.summary_line(summary) if summary else "compile ahead: the pool had not finished"
         tr.write_line(f"decode-conformance {line} (log: {ahead['log']})",
                       yellow=bool(summary is None or "error" in summary or summary["failed"]))

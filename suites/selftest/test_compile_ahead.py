@@ -18,7 +18,7 @@ import types
 
 import pytest
 
-from decode_conformance import compile_ahead
+from decode_conformance import compile_ahead, compile_ahead_run
 
 PROBE = '''
 import triton
@@ -83,8 +83,8 @@ def test_pool_compiles_what_the_later_run_would(tmp_path, kept):
     assert manifest["target"] == SM90 and len(manifest["entries"]) == 2
     manifest["entries"] = manifest["entries"][:kept]
     (tmp_path / "m.json").write_text(json.dumps(manifest))
-    stale = subprocess.run([sys.executable, "-c", "import json, sys; from decode_conformance import compile_ahead; "
-                            "print(json.dumps(compile_ahead.stale_functions(json.load(open(sys.argv[1])))))",
+    stale = subprocess.run([sys.executable, "-c", "import json, sys; from decode_conformance import compile_ahead_run; "
+                            "print(json.dumps(compile_ahead_run.stale_functions(json.load(open(sys.argv[1])))))",
                             str(tmp_path / "m.json")], env=_env(tmp_path, tmp_path / "cache-x"), capture_output=True,
                            text=True, check=True, cwd=tmp_path)
     assert json.loads(stale.stdout) == [], "a process importing the same source must find the recorded hash"
@@ -159,13 +159,13 @@ def test_plan_uses_the_shipped_manifest_only_for_the_run_it_was_recorded_from(tm
     shipped.write_text(json.dumps({"format": 1, "triton": "x", "gpu_class": "sm_90", "target": SM90,
                                    "entries": [{"fn": "m:k", "hash": "h1", "data": "{}"}]}))
     monkeypatch.delenv("DECODE_CONFORMANCE_KERNELS", raising=False)
-    monkeypatch.setattr(compile_ahead, "shipped_manifest", lambda gpu_class: shipped if gpu_class == "sm_90" else None)
-    monkeypatch.setattr(compile_ahead, "source_hash", lambda fn: "h1")
-    assert compile_ahead.plan(_config(), _state())[0] == shipped
-    monkeypatch.setattr(compile_ahead, "source_hash", lambda fn: "h2")  # the kernel changed since it was recorded
-    path, why = compile_ahead.plan(_config(), _state())
+    monkeypatch.setattr(compile_ahead_run, "shipped_manifest", lambda gpu_class: shipped if gpu_class == "sm_90" else None)
+    monkeypatch.setattr(compile_ahead_run, "source_hash", lambda fn: "h1")
+    assert compile_ahead_run.plan(_config(), _state())[0] == shipped
+    monkeypatch.setattr(compile_ahead_run, "source_hash", lambda fn: "h2")  # the kernel changed since it was recorded
+    path, why = compile_ahead_run.plan(_config(), _state())
     assert path is None and "was recorded from other source of m:k: re-record it" in why, why
-    monkeypatch.setattr(compile_ahead, "source_hash", lambda fn: "h1")
+    monkeypatch.setattr(compile_ahead_run, "source_hash", lambda fn: "h1")
     for config, state, why in [
         (_config(), _state(device="cpu"), "interpreter"),
         (_config(**{"--compile-ahead": "off"}), _state(), "--compile-ahead=off"),
@@ -176,32 +176,32 @@ def test_plan_uses_the_shipped_manifest_only_for_the_run_it_was_recorded_from(tm
         (_config(), _state(case_ids=["x"]), "filtered by --case-id"),
         (_config(), _state(gpu_class="gfx942"), "no shipped manifest for gfx942"),
     ]:
-        path, reason = compile_ahead.plan(config, state)
+        path, reason = compile_ahead_run.plan(config, state)
         assert path is None and why in reason, reason
-    assert compile_ahead.plan(_config(**{"--compile-ahead": str(shipped)}), _state(gpu_class="gfx942"))[0] == shipped
+    assert compile_ahead_run.plan(_config(**{"--compile-ahead": str(shipped)}), _state(gpu_class="gfx942"))[0] == shipped
 
 
 def test_wait_returns_the_pool_summary_once_and_names_a_pool_that_never_finished(tmp_path, monkeypatch):
     done = tmp_path / "summary.json"
     done.write_text(json.dumps({"compiled": 3, "entries": 3, "failed": [], "stale": 1, "seconds": 2.0, "jobs": 2}))
-    monkeypatch.setenv(compile_ahead.DONE_ENV, str(done))
-    monkeypatch.setattr(compile_ahead, "_WAITED", {})
-    s = compile_ahead.wait()
+    monkeypatch.setenv(compile_ahead_run.DONE_ENV, str(done))
+    monkeypatch.setattr(compile_ahead_run, "_WAITED", {})
+    s = compile_ahead_run.wait()
     assert compile_ahead.summary_line(s) == ("compile ahead: 3 of 3 variants in 2.0 s on 2 processes; 1 recorded "
                                              "from other kernel source (re-record the manifest)")
-    monkeypatch.setenv(compile_ahead.DONE_ENV, str(tmp_path / "never.json"))
-    assert "no summary from the compile-ahead pool after 0 s" in compile_ahead.wait(limit_s=0.0)["error"]
+    monkeypatch.setenv(compile_ahead_run.DONE_ENV, str(tmp_path / "never.json"))
+    assert "no summary from the compile-ahead pool after 0 s" in compile_ahead_run.wait(limit_s=0.0)["error"]
     # a pool that died: the waiter stops at once, not at its limit
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (tmp_path / "gone").mkdir()
     (tmp_path / "gone" / "pool.pid").write_text(str(dead.pid))
-    monkeypatch.setenv(compile_ahead.DONE_ENV, str(tmp_path / "gone" / "summary.json"))
+    monkeypatch.setenv(compile_ahead_run.DONE_ENV, str(tmp_path / "gone" / "summary.json"))
     t0 = time.monotonic()
-    assert f"the pool (pid {dead.pid}) ended without a summary" in compile_ahead.wait(limit_s=60.0)["error"]
+    assert f"the pool (pid {dead.pid}) ended without a summary" in compile_ahead_run.wait(limit_s=60.0)["error"]
     assert time.monotonic() - t0 < 30
-    monkeypatch.delenv(compile_ahead.DONE_ENV)
-    assert compile_ahead.wait() is None
+    monkeypatch.delenv(compile_ahead_run.DONE_ENV)
+    assert compile_ahead_run.wait() is None
 
 
 @pytest.mark.skipif(not _has_nvidia_backend(), reason="needs Triton's NVIDIA backend and its ptxas (compiles for sm_90)")
