@@ -10,9 +10,9 @@ ones. Nothing here is shipped: a candidate that wins is moved into `kernels/spli
 The candidates, from the chunks sweep of docs/gpu-runs/2026-12-04-h200-s27: at 32/8/128,
 batch 8-32, the fastest 64-key count was at every cell the occupancy count for 4 stage-1 programs per
 SM with no wave-fill raise (8, 4, 2 and 2 chunks against the rule's 10, 5, 10 and 5), 0.1-8.4 %
-faster. Interleaved with the rule in one process (s27-3), that rule ran b1-32k 2.7 % faster and
-b4-ragged 1.5 % slower: its long request's share of a budget of 66 chunks (4 per SM) is 43 chunks,
-against 54 of 82. Two candidates, for the 16-bit 4-warp class only (head dims up to 128, 2-byte
+faster. Interleaved with the shipped rule in one process (s27-3), the first candidate below ran
+b1-32k 2.7 % faster and b4-ragged 1.5 % slower: its long request's share of a budget of 66 chunks
+(4 per SM) is 43 chunks, against 54 of 82. Two candidates, for the 16-bit 4-warp class only (head dims up to 128, 2-byte
 caches, not MLA; the 8-warp and fp8 rows keep their measured raise):
   - pps4_budget66: occupancy and budget both for 4 programs per SM;
   - pps4_budget82: occupancy for 4, the budget (a ragged request's share) for the rule's 5.
@@ -42,9 +42,10 @@ def in_candidate_class(batch) -> bool:
 
 
 class FourPerSmRule(AdaptiveSplitKernel):
-    """adaptive_split with the occupancy count for CANDIDATE_PROGRAMS_PER_SM programs per SM and no
-    raise, and a budget sized for `budget_programs_per_sm` (4 or the rule's 5), in the candidate
-    class; the shipped rule elsewhere, and wherever the batch or the adapter caps the budget."""
+    """adaptive_split with the occupancy count for CANDIDATE_PROGRAMS_PER_SM programs per SM, not
+    raised from 2 or more (a count of 1 keeps the rule's treatment, `occupancy_without_raise`), and a
+    budget sized for `budget_programs_per_sm` (4 or the rule's 5), in the candidate class; the
+    shipped rule elsewhere, and wherever the batch or the adapter fixes or caps the budget."""
 
     def __init__(self, budget_programs_per_sm: int, **kw):
         super().__init__(**kw)

@@ -12,7 +12,7 @@ The list is a *manifest*, recorded from a run on the GPU class it is for:
     and Triton's own serialized specialization (the arguments `JITFunction.preload` takes);
   - `build_manifest(DIR)` merges the lines of every process of that run, one entry per variant.
 Compiling ahead (`precompile`) preloads each entry in a pool of processes whose Triton driver
-is a stand-in reporting the manifest's target: nothing touches the GPU, so the pool costs no
+is a stand-in reporting the manifest's target (compile_ahead_run checks it is the GPU's): nothing touches the GPU, so the pool costs no
 device memory and no CUDA context. A variant compiled by the pool is the one a case would have
 compiled (the same source, specialization, options and target make the same cache key).
 
@@ -125,11 +125,19 @@ def load_manifest(path) -> dict:
         if not isinstance(m.get(field), kind):
             raise ManifestError(f"compile-ahead manifest {path}: {field}: expected a {kind.__name__}, "
                                 f"got {type(m.get(field)).__name__}")
+    bad = [k for k, kind in (("backend", str), ("arch", (int, str)), ("warp_size", int))
+           if not isinstance(m["target"].get(k), kind)]
+    if bad:
+        raise ManifestError(f"compile-ahead manifest {path}: target: expected backend (str), arch and warp_size "
+                            f"(int), got {m['target']!r}")
     for i, e in enumerate(m["entries"]):
         missing = [k for k in ("fn", "data") if not isinstance(e, dict) or not isinstance(e.get(k), str)]
         if missing:
             raise ManifestError(f"compile-ahead manifest {path}: entries[{i}]: expected strings fn and data, "
                                 f"missing {missing}")
+        if not isinstance(e.get("seconds", 0.0), (int, float)):
+            raise ManifestError(f"compile-ahead manifest {path}: entries[{i}].seconds: expected a number, "
+                                f"got {e['seconds']!r}")
     return m
 
 
@@ -193,7 +201,7 @@ def _compile_one(entry: dict) -> dict:
     t0 = time.time()
     try:
         jit = resolve_function(entry["fn"])
-        stale = bool(entry.get("hash")) and jit.cache_key != entry["hash"]
+        stale = jit.cache_key != entry.get("hash")  # no hash recorded: not known to be current
         jit.preload(entry["data"])
     except Exception as e:  # reported per entry; the rest still compile
         return {"fn": entry["fn"], "error": f"{type(e).__name__}: {e}", "seconds": time.time() - t0}

@@ -2,27 +2,32 @@
 
 The plugin asks `plan` at configure time (the controller): `--compile-ahead=off`, a manifest's path,
 or auto - the shipped manifest of the GPU class and the installed Triton, for the run it was
-recorded from only (the shipped kernels on the whole parity set, their source unchanged). `start`
-launches the pool in a process of its own; every process that runs cases inherits
-$DECODE_CONFORMANCE_COMPILE_AHEAD_DONE and `wait`s for the pool's summary before its first case
-(door.py), for at most WAIT_LIMIT_S or until the pool's process is gone.
+recorded from only (the shipped kernels on the whole parity suite, their source unchanged). `start`
+launches the pool in a process group of its own and `stop` ends the group. The controller tells
+each xdist worker where the pool's summary will be (`expect`; workerinput, not the environment, so
+nothing the tests start inherits it); a process that runs cases `wait`s for that summary before its
+first case (door.py), for at most WAIT_LIMIT_S or until the pool's process is gone.
 """
 from __future__ import annotations
 
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Optional
 
-from .compile_ahead import load_manifest, manifest_name, resolve_function
+from .compile_ahead import ManifestError, load_manifest, manifest_name, resolve_function
 
-DONE_ENV = "DECODE_CONFORMANCE_COMPILE_AHEAD_DONE"  # the pool's summary file, for the processes that wait
 # How long a process waits for the pool before compiling for itself: a pool on 16 cores took
 # (estimate) 15-20 s for the ~300 variants of the H200's main job; far past that, something is wrong.
 WAIT_LIMIT_S = 300.0
+PID_FILE = "pool.pid"  # beside the summary: a waiter stops waiting when that process is gone
+PARITY_SUITE = ("suites", "parity")
+PARITY_MODULE = "decode_conformance.suites.parity"
 
 
 def shipped_manifest(gpu_class: str) -> Optional[pathlib.Path]:
@@ -36,39 +41,95 @@ def shipped_manifest(gpu_class: str) -> Optional[pathlib.Path]:
     return p if p.is_file() else None
 
 
-def plan(config, state) -> tuple[Optional[pathlib.Path], str]:
-    """(manifest to compile ahead from, or None; why). `--compile-ahead`: off, auto (default: the
-    shipped manifest, on a GPU, for the run it was recorded from - the shipped kernels on the whole
-    parity set) or a manifest's path (any run)."""
+def whole_parity_suite(config) -> bool:
+    """The run's arguments name the parity suite and nothing narrower: its folder (or, with
+    --pyargs, its package), no file or test id, no -k / -m / --lf / --deselect / --ignore /
+    --stepwise, no pytest-split group (ci/shards.py)."""
+    args = list(config.args)
+    if not args:
+        return False
+    for a in args:
+        if getattr(config.option, "pyargs", False) and a.rstrip(".") == PARITY_MODULE:
+            continue
+        if "::" in a or pathlib.Path(a).resolve().parts[-2:] != PARITY_SUITE:
+            return False
+    opt = config.option
+    narrowed = (config.getoption("keyword") or config.getoption("markexpr") or getattr(opt, "lf", False)
+                or getattr(opt, "deselect", None) or getattr(opt, "ignore", None) or getattr(opt, "ignore_glob", None)
+                or getattr(opt, "stepwise", False))
+    return not narrowed and (getattr(opt, "splits", None) or 1) <= 1
+
+
+def live_target() -> Optional[dict]:
+    """This process's Triton target ({backend, arch, warp_size}), or None where there is none."""
+    try:
+        from triton.runtime import driver
+        t = driver.active.get_current_target()
+    except Exception:
+        return None
+    return {"backend": t.backend, "arch": t.arch, "warp_size": t.warp_size}
+
+
+def misfit(manifest: dict, gpu_class: str, target: Optional[dict]) -> Optional[str]:
+    """Why `manifest` cannot serve this run (None: it can): another Triton, GPU class or target."""
+    import triton
+    if manifest["triton"] != triton.__version__:
+        return f"it was written by triton {manifest['triton']}; this is triton {triton.__version__}"
+    if manifest["gpu_class"] != gpu_class:
+        return f"it is for {manifest['gpu_class']}; this run's GPU class is {gpu_class}"
+    if target is not None and manifest["target"] != target:
+        return f"its target is {manifest['target']}; this GPU's is {target}"
+    return None
+
+
+def plan(config, state, target: Optional[dict] = None) -> tuple[Optional[pathlib.Path], str]:
+    """(manifest to compile ahead from, or None; why). `--compile-ahead`: off; a manifest's path
+    (any run; on a GPU it must fit it, else a usage error); auto (default): the shipped manifest,
+    on a GPU, for the run it was recorded from - the shipped kernels on the whole parity suite,
+    their source as recorded. `target`: the GPU's (default: Triton's active driver's)."""
     choice = config.getoption("--compile-ahead") or "auto"
     if choice == "off":
         return None, "off (--compile-ahead=off)"
+    on_gpu = state.device != "cpu"
+    if on_gpu and target is None:
+        target = live_target()
     if choice != "auto":  # asked for by name: also on the CPU, where nothing uses it but the wiring is tested
-        return pathlib.Path(choice), f"--compile-ahead={choice}"
-    if state.device == "cpu":
+        path = pathlib.Path(choice)
+        why = misfit(load_manifest(path), state.gpu_class, target) if on_gpu else None
+        if why:
+            raise ManifestError(f"--compile-ahead={choice}: {why}")
+        return path, f"--compile-ahead={choice}"
+    if not on_gpu:
         return None, "off (the CPU interpreter compiles nothing)"
     reasons = []
     if config.getoption("--kernel") or os.environ.get("DECODE_CONFORMANCE_KERNELS"):
-        reasons.append("kernels other than the shipped ones")
+        reasons.append("a --kernel selection (the manifest holds the shipped kernels' variants)")
     if state.case_set != "parity" or state.case_ids:
         reasons.append(f"case set {state.case_set}{' filtered by --case-id' if state.case_ids else ''}")
-    if config.getoption("keyword") or config.getoption("markexpr") or getattr(config.option, "lf", False) \
-            or any("::" in a for a in config.args):
-        reasons.append("a selection of the tests")
-    if (getattr(config.option, "splits", None) or 1) > 1:  # pytest-split: one group of the set (ci/shards.py)
-        reasons.append("one group of a split run (--splits)")
+    if not whole_parity_suite(config):
+        reasons.append("not the whole parity suite (other paths, a file, a test id, -k/-m/--lf/--deselect/--ignore, "
+                       "or one group of --splits)")
     path = shipped_manifest(state.gpu_class)
     if path is None:
         import triton
         reasons.append(f"no shipped manifest for {state.gpu_class} and triton {triton.__version__}")
     else:
-        stale = stale_functions(load_manifest(path))
-        if stale:  # the cases would compile other variants than the pool: all cost, no gain
-            reasons.append(f"the shipped manifest {path.parent.name}/{path.name} was recorded from other source of "
-                           f"{', '.join(stale)}: re-record it (docs/compile-ahead.md)")
+        name = f"the shipped manifest {path.parent.name}/{path.name}"
+        try:
+            manifest = load_manifest(path)
+        except ManifestError as e:
+            reasons.append(f"{name} is unreadable: {e}")
+        else:
+            why = misfit(manifest, state.gpu_class, target)
+            stale = [] if why else stale_functions(manifest)
+            if why:
+                reasons.append(f"{name} does not fit: {why}")
+            elif stale:  # the cases would compile other variants than the pool: all cost, no gain
+                reasons.append(f"{name} was recorded from other source of {', '.join(stale)}: re-record it "
+                               f"(docs/compile-ahead.md)")
     if reasons:
         return None, "off (" + "; ".join(reasons) + ")"
-    return path, f"the shipped manifest {path.parent.name}/{path.name}"
+    return path, name
 
 
 def source_hash(spec: str) -> Optional[str]:
@@ -86,55 +147,90 @@ def stale_functions(manifest: dict) -> list[str]:
     return sorted(fn for fn, h in recorded.items() if source_hash(fn) != h)
 
 
-def start(manifest_path, done_path, jobs: Optional[int] = None, log_path=None) -> subprocess.Popen:
-    """Start the pool in a process of its own (it writes its summary to done_path when it ends)."""
+def start(manifest_path, summary_path, jobs: Optional[int] = None, log_path=None) -> subprocess.Popen:
+    """Start the pool in a process group of its own (it writes its summary to summary_path when it
+    ends). A thread of this process reaps it, so a pool that dies does not linger as a zombie that
+    a waiter would take for a running pool."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     cmd = [sys.executable, "-m", "decode_conformance.compile_ahead", "precompile", str(manifest_path),
-           "--done", str(done_path)] + (["--jobs", str(jobs)] if jobs else [])
-    out = open(log_path, "w") if log_path else subprocess.DEVNULL
+           "--done", str(summary_path)] + (["--jobs", str(jobs)] if jobs else [])
     from ._paths import checkout_root
     root = checkout_root()
     if root:  # a checkout that is not installed: the pool imports the package from it
         env["PYTHONPATH"] = os.pathsep.join([str(root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-    (pathlib.Path(done_path).parent / "pool.pid").write_text(str(proc.pid))  # so a waiter sees a pool that died
+    out = open(log_path, "w") if log_path else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        if log_path:
+            out.close()  # the pool has its own copy
+    (pathlib.Path(summary_path).parent / PID_FILE).write_text(str(proc.pid))
+    threading.Thread(target=proc.wait, name="compile-ahead-reaper", daemon=True).start()
     return proc
 
 
-_WAITED: dict = {}
+def stop(proc: subprocess.Popen) -> None:
+    """End the pool and the compile processes it started (a run that ended before it did)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+_EXPECTED: dict = {"summary": None}
+_SUMMARIES: dict = {}  # summary path -> what wait() read (or why it read nothing)
+
+
+def expect(summary_path: Optional[str]) -> None:
+    """This process's cases wait for the pool whose summary will be at summary_path (None: no pool)."""
+    _EXPECTED["summary"] = summary_path
+
+
+def read_summary(summary_path) -> Optional[dict]:
+    """The pool's summary, if it has written one."""
+    try:
+        return json.loads(pathlib.Path(summary_path).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def wait(limit_s: float = WAIT_LIMIT_S) -> Optional[dict]:
-    """Block, once per process, until the pool named by $DECODE_CONFORMANCE_COMPILE_AHEAD_DONE has
-    written its summary (None when there is no pool; {"error": ...} past `limit_s`)."""
-    done = os.environ.get(DONE_ENV)
-    if not done:
+    """Block, once per process, until the expected pool (`expect`) has written its summary: None
+    when no pool is expected; {"error": ...} past `limit_s` or when the pool is gone without one."""
+    summary_path = _EXPECTED["summary"]
+    if not summary_path:
         return None
-    if done in _WAITED:
-        return _WAITED[done]
+    if summary_path in _SUMMARIES:
+        return _SUMMARIES[summary_path]
     deadline = time.monotonic() + limit_s
-    path = pathlib.Path(done)
+    path = pathlib.Path(summary_path)
     pid = _pool_pid(path)
     while not path.exists() and time.monotonic() < deadline and _alive(pid):
         time.sleep(0.05)
-    try:
-        _WAITED[done] = json.loads(path.read_text())
-    except (OSError, ValueError):
+    summary = read_summary(path)
+    if summary is None:
         why = (f"the pool (pid {pid}) ended without a summary" if not _alive(pid)
                else f"no summary from the compile-ahead pool after {limit_s:.0f} s")
-        _WAITED[done] = {"error": f"{why}; cases compile their own"}
-    return _WAITED[done]
+        summary = {"error": f"{why}; cases compile their own"}
+    _SUMMARIES[summary_path] = summary
+    return summary
 
 
-def _pool_pid(done: pathlib.Path) -> Optional[int]:
+def _pool_pid(summary: pathlib.Path) -> Optional[int]:
     try:
-        return int((done.parent / "pool.pid").read_text())
+        return int((summary.parent / PID_FILE).read_text())
     except (OSError, ValueError):
         return None
 
 
 def _alive(pid: Optional[int]) -> bool:
-    """Unknown counts as alive (the wait is then bounded by its limit alone)."""
+    """Whether process `pid` still runs: gone, or a zombie (ended, not yet reaped by its parent),
+    is not. Unknown counts as alive (the wait is then bounded by its limit alone)."""
     if pid is None:
         return True
     try:
@@ -143,4 +239,7 @@ def _alive(pid: Optional[int]) -> bool:
         return False
     except OSError:
         return True
-    return True
+    try:  # Linux: the state after the command name in /proc/PID/stat; Z = zombie, X = dead
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True

@@ -84,10 +84,16 @@ def pytest_xdist_setupnodes(config, specs):
     xdist_pinning.setup_nodes(config, specs)
 
 
+_COMPILE_AHEAD_SUMMARY = "decode_conformance_compile_ahead_summary"
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     if state_of(node.config) is not None:
         node.workerinput[_WORKER_FLAG] = True
+        ahead = node.config.stash.get(_COMPILE_AHEAD, {})
+        if "summary" in ahead:
+            node.workerinput[_COMPILE_AHEAD_SUMMARY] = ahead["summary"]
 
 
 # ---- configuration ---------------------------------------------------------------------------
@@ -120,6 +126,9 @@ def pytest_configure(config):
     worker = getattr(config, "workerinput", None)
     if (worker is not None and worker.get(_WORKER_FLAG)) or (worker is None and conformance_requested(config)):
         s = state_of(config, activate=True)
+        if worker is not None and worker.get(_COMPILE_AHEAD_SUMMARY):
+            from .compile_ahead_run import expect
+            expect(worker[_COMPILE_AHEAD_SUMMARY])
         runs_cases = worker is not None or (getattr(config.option, "dist", "no") or "no") == "no"
         if worker is None and not config.option.collectonly:
             _start_compile_ahead(config, s)
@@ -132,32 +141,34 @@ _COMPILE_AHEAD = pytest.StashKey[dict]()
 
 
 def _start_compile_ahead(config, s) -> None:
-    """The pool of compile_ahead.py, started before any worker: the processes that run cases
-    inherit where it will write its summary ($DECODE_CONFORMANCE_COMPILE_AHEAD_DONE) and wait for it."""
+    """The pool of compile_ahead.py, started before any worker; the processes that run cases are
+    told where its summary will be (`pytest_configure_node`, or this process without xdist) and
+    wait for it before their first case."""
     from . import compile_ahead, compile_ahead_run
-    manifest, why = compile_ahead_run.plan(config, s)
+    try:
+        manifest, why = compile_ahead_run.plan(config, s)
+        if manifest is not None:
+            compile_ahead.load_manifest(manifest)
+    except compile_ahead.ManifestError as e:  # a bad or misfitting manifest named on the command line
+        raise pytest.UsageError(str(e)) from e
     info = {"why": why}
     if manifest is not None:
         import tempfile
+        # kept after the run: the terminal summary names the pool's log in it
         folder = tempfile.mkdtemp(prefix="decode-conformance-compile-ahead-")
-        done = os.path.join(folder, "summary.json")
-        try:
-            compile_ahead.load_manifest(manifest)  # a bad manifest is a usage error, here, once
-        except compile_ahead.ManifestError as e:
-            raise pytest.UsageError(str(e)) from e
-        info.update(done=done, log=os.path.join(folder, "pool.log"),
-                    proc=compile_ahead_run.start(manifest, done, log_path=os.path.join(folder, "pool.log")))
-        os.environ[compile_ahead_run.DONE_ENV] = done
+        summary = os.path.join(folder, "summary.json")
+        info.update(summary=summary, log=os.path.join(folder, "pool.log"),
+                    proc=compile_ahead_run.start(manifest, summary, log_path=os.path.join(folder, "pool.log")))
+        compile_ahead_run.expect(summary)
     config.stash[_COMPILE_AHEAD] = info
 
 
 def pytest_unconfigure(config):
     proc = config.stash.get(_COMPILE_AHEAD, {}).get("proc")
     if proc is not None:
-        if proc.poll() is None:  # a run that ended first (interrupted, or every case deselected)
-            proc.terminate()
-        from .compile_ahead_run import DONE_ENV
-        os.environ.pop(DONE_ENV, None)  # not inherited by whatever this process runs next
+        from .compile_ahead_run import expect, stop
+        stop(proc)  # a run that ended first (interrupted, or every case deselected)
+        expect(None)
     s = state_of(config)
     if s is not None and s.runner is not None:
         s.runner.close()
@@ -346,9 +357,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                       f"tested{'' if s.require_cases else ' (pass --require-cases to fail the run for it)'}",
                       red=True, bold=True)
     ahead = config.stash.get(_COMPILE_AHEAD, {})
-    if "done" in ahead:
+    if "summary" in ahead:
         from . import compile_ahead, compile_ahead_run
-        summary = compile_ahead_run.wait(limit_s=0.0) if os.path.exists(ahead["done"]) else None
+        summary = compile_ahead_run.read_summary(ahead["summary"])
         line = compile_ahead.summary_line(summary) if summary else "compile ahead: the pool had not finished"
         tr.write_line(f"decode-conformance {line} (log: {ahead['log']})",
                       yellow=bool(summary is None or "error" in summary or summary["failed"]))

@@ -144,64 +144,99 @@ def test_a_bad_manifest_names_the_field(tmp_path, change, field):
         compile_ahead.load_manifest(tmp_path / "m.json")
 
 
-def _config(**opts):
+def _config(args=("suites/parity",), **opts):
     values = {"--compile-ahead": None, "--kernel": [], "keyword": "", "markexpr": "", **opts}
-    option = types.SimpleNamespace(lf=False, splits=values.pop("splits", None))
-    return types.SimpleNamespace(getoption=values.get, option=option, args=["suites/parity"])
+    option = types.SimpleNamespace(lf=False, pyargs=values.pop("pyargs", False), splits=values.pop("splits", None),
+                                   deselect=values.pop("deselect", None), ignore=None, ignore_glob=None, stepwise=False)
+    return types.SimpleNamespace(getoption=values.get, option=option, args=list(args))
 
 
 def _state(**kw):
     return types.SimpleNamespace(**{"device": "cuda", "case_set": "parity", "case_ids": [], "gpu_class": "sm_90", **kw})
 
 
+def _manifest(path, **kw):
+    import triton
+    m = {"format": 1, "triton": triton.__version__, "gpu_class": "sm_90", "target": SM90,
+         "entries": [{"fn": "m:k", "hash": "h1", "data": "{}"}], **kw}
+    path.write_text(json.dumps(m))
+    return path
+
+
 def test_plan_uses_the_shipped_manifest_only_for_the_run_it_was_recorded_from(tmp_path, monkeypatch):
-    shipped = tmp_path / "triton-x.json"
-    shipped.write_text(json.dumps({"format": 1, "triton": "x", "gpu_class": "sm_90", "target": SM90,
-                                   "entries": [{"fn": "m:k", "hash": "h1", "data": "{}"}]}))
+    shipped = _manifest(tmp_path / "shipped.json")
     monkeypatch.delenv("DECODE_CONFORMANCE_KERNELS", raising=False)
     monkeypatch.setattr(compile_ahead_run, "shipped_manifest", lambda gpu_class: shipped if gpu_class == "sm_90" else None)
     monkeypatch.setattr(compile_ahead_run, "source_hash", lambda fn: "h1")
-    assert compile_ahead_run.plan(_config(), _state())[0] == shipped
-    monkeypatch.setattr(compile_ahead_run, "source_hash", lambda fn: "h2")  # the kernel changed since it was recorded
-    path, why = compile_ahead_run.plan(_config(), _state())
-    assert path is None and "was recorded from other source of m:k: re-record it" in why, why
-    monkeypatch.setattr(compile_ahead_run, "source_hash", lambda fn: "h1")
-    for config, state, why in [
-        (_config(), _state(device="cpu"), "interpreter"),
-        (_config(**{"--compile-ahead": "off"}), _state(), "--compile-ahead=off"),
-        (_config(**{"--kernel": ["mine:k"]}), _state(), "kernels other than the shipped ones"),
-        (_config(keyword="mla"), _state(), "a selection of the tests"),
-        (_config(splits=2), _state(), "one group of a split run"),
-        (_config(), _state(case_set="smoke"), "case set smoke"),
-        (_config(), _state(case_ids=["x"]), "filtered by --case-id"),
-        (_config(), _state(gpu_class="gfx942"), "no shipped manifest for gfx942"),
+    plan = compile_ahead_run.plan
+    assert plan(_config(), _state(), target=SM90)[0] == shipped
+    assert plan(_config(args=["decode_conformance.suites.parity"], pyargs=True), _state(), target=SM90)[0] == shipped
+    for config, state, target, why in [
+        (_config(), _state(device="cpu"), None, "interpreter"),
+        (_config(**{"--compile-ahead": "off"}), _state(), SM90, "--compile-ahead=off"),
+        (_config(**{"--kernel": ["mine:k"]}), _state(), SM90, "a --kernel selection"),
+        (_config(keyword="mla"), _state(), SM90, "not the whole parity suite"),
+        (_config(splits=2), _state(), SM90, "not the whole parity suite"),
+        (_config(deselect=["x"]), _state(), SM90, "not the whole parity suite"),
+        (_config(args=["suites/parity/test_parity.py"]), _state(), SM90, "not the whole parity suite"),
+        (_config(args=["suites/perf"]), _state(), SM90, "not the whole parity suite"),
+        (_config(args=["suites/parity", "suites/gates"]), _state(), SM90, "not the whole parity suite"),
+        (_config(), _state(case_set="smoke"), SM90, "case set smoke"),
+        (_config(), _state(case_ids=["x"]), SM90, "filtered by --case-id"),
+        (_config(), _state(gpu_class="gfx942"), SM90, "no shipped manifest for gfx942"),
+        (_config(), _state(), {**SM90, "arch": 100}, "does not fit: its target is"),
     ]:
-        path, reason = compile_ahead_run.plan(config, state)
-        assert path is None and why in reason, reason
-    assert compile_ahead_run.plan(_config(**{"--compile-ahead": str(shipped)}), _state(gpu_class="gfx942"))[0] == shipped
+        path, reason = plan(config, state, target=target)
+        assert path is None and why in reason, (why, reason)
+    monkeypatch.setattr(compile_ahead_run, "source_hash", lambda fn: "h2")  # the kernel changed since it was recorded
+    path, why = plan(_config(), _state(), target=SM90)
+    assert path is None and "was recorded from other source of m:k: re-record it" in why, why
+    _manifest(shipped, triton="0.0.1")
+    path, why = plan(_config(), _state(), target=SM90)
+    assert path is None and "does not fit: it was written by triton 0.0.1" in why, why
+    shipped.write_text("{")
+    path, why = plan(_config(), _state(), target=SM90)
+    assert path is None and "is unreadable" in why, why
 
 
-def test_wait_returns_the_pool_summary_once_and_names_a_pool_that_never_finished(tmp_path, monkeypatch):
-    done = tmp_path / "summary.json"
-    done.write_text(json.dumps({"compiled": 3, "entries": 3, "failed": [], "stale": 1, "seconds": 2.0, "jobs": 2}))
-    monkeypatch.setenv(compile_ahead_run.DONE_ENV, str(done))
-    monkeypatch.setattr(compile_ahead_run, "_WAITED", {})
-    s = compile_ahead_run.wait()
-    assert compile_ahead.summary_line(s) == ("compile ahead: 3 of 3 variants in 2.0 s on 2 processes; 1 recorded "
-                                             "from other kernel source (re-record the manifest)")
-    monkeypatch.setenv(compile_ahead_run.DONE_ENV, str(tmp_path / "never.json"))
-    assert "no summary from the compile-ahead pool after 0 s" in compile_ahead_run.wait(limit_s=0.0)["error"]
-    # a pool that died: the waiter stops at once, not at its limit
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    (tmp_path / "gone").mkdir()
-    (tmp_path / "gone" / "pool.pid").write_text(str(dead.pid))
-    monkeypatch.setenv(compile_ahead_run.DONE_ENV, str(tmp_path / "gone" / "summary.json"))
-    t0 = time.monotonic()
-    assert f"the pool (pid {dead.pid}) ended without a summary" in compile_ahead_run.wait(limit_s=60.0)["error"]
-    assert time.monotonic() - t0 < 30
-    monkeypatch.delenv(compile_ahead_run.DONE_ENV)
-    assert compile_ahead_run.wait() is None
+def test_a_manifest_named_on_the_command_line_must_fit_the_gpu(tmp_path):
+    named = _manifest(tmp_path / "named.json")
+    config = _config(**{"--compile-ahead": str(named)})
+    assert compile_ahead_run.plan(config, _state(), target=SM90)[0] == named
+    assert compile_ahead_run.plan(config, _state(device="cpu"))[0] == named  # the CPU: only the wiring
+    with pytest.raises(compile_ahead.ManifestError, match="it is for sm_90; this run's GPU class is gfx942"):
+        compile_ahead_run.plan(config, _state(gpu_class="gfx942"), target=SM90)
+    with pytest.raises(compile_ahead.ManifestError, match="its target is"):
+        compile_ahead_run.plan(config, _state(), target={**SM90, "arch": 80})
+
+
+def test_wait_returns_the_pool_summary_once_and_stops_for_a_pool_that_is_gone(tmp_path, monkeypatch):
+    monkeypatch.setattr(compile_ahead_run, "_SUMMARIES", {})
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"compiled": 3, "entries": 3, "failed": [], "stale": 1, "seconds": 2.0, "jobs": 2}))
+    compile_ahead_run.expect(str(summary))
+    try:
+        assert compile_ahead.summary_line(compile_ahead_run.wait()) == (
+            "compile ahead: 3 of 3 variants in 2.0 s on 2 processes; 1 recorded from other kernel source "
+            "(re-record the manifest)")
+        compile_ahead_run.expect(str(tmp_path / "never.json"))
+        assert "no summary from the compile-ahead pool after 0 s" in compile_ahead_run.wait(limit_s=0.0)["error"]
+        # a pool that died and was not reaped (a zombie still answers kill 0): the waiter stops at once
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        deadline = time.monotonic() + 30
+        while compile_ahead_run._alive(dead.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (tmp_path / "gone").mkdir()
+        (tmp_path / "gone" / compile_ahead_run.PID_FILE).write_text(str(dead.pid))
+        compile_ahead_run.expect(str(tmp_path / "gone" / "summary.json"))
+        t0 = time.monotonic()
+        assert f"the pool (pid {dead.pid}) ended without a summary" in compile_ahead_run.wait(limit_s=60.0)["error"]
+        assert time.monotonic() - t0 < 5
+        assert dead.poll() is not None  # it was a zombie until now: _alive did not need it reaped
+        compile_ahead_run.expect(None)
+        assert compile_ahead_run.wait() is None
+    finally:
+        compile_ahead_run.expect(None)
 
 
 @pytest.mark.skipif(not _has_nvidia_backend(), reason="needs Triton's NVIDIA backend and its ptxas (compiles for sm_90)")
