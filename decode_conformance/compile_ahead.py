@@ -181,12 +181,8 @@ def offline_target(target: dict):
 
 def resolve_function(spec: str):
     """The object `module:qualname` names (a manifest entry's JIT function)."""
-    import importlib
-    mod, _, qual = spec.partition(":")
-    obj = importlib.import_module(mod)
-    for part in qual.split("."):
-        obj = getattr(obj, part)
-    return obj
+    import pkgutil
+    return pkgutil.resolve_name(spec)
 
 
 def _pool_init(target: dict, root: str) -> None:
