@@ -172,7 +172,7 @@ def offline_target(target: dict):
     compile nothing: use this in a process without it."""
     from triton.runtime import driver
     before = getattr(driver, "_active", None)  # None: not chosen yet (reset_active would build one: no GPU, an error)
-    driver.set_active(TargetDriver(target["backend"], target["arch"], target["warp_size"]))
+    driver.set_active(TargetDriver(**target))
     try:
         yield
     finally:
@@ -190,7 +190,7 @@ def _pool_init(target: dict, root: str) -> None:
     from ._paths import alias_checkout
     alias_checkout(pathlib.Path(root) if root else None)
     from triton.runtime import driver
-    driver.set_active(TargetDriver(target["backend"], target["arch"], target["warp_size"]))
+    driver.set_active(TargetDriver(**target))
 
 
 def _compile_one(entry: dict) -> dict:

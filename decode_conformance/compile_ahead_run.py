@@ -95,7 +95,8 @@ def plan(config, state, target: Optional[dict] = None) -> tuple[Optional[pathlib
         target = live_target()
     if choice != "auto":  # asked for by name: also on the CPU, where nothing uses it but the wiring is tested
         path = pathlib.Path(choice)
-        why = misfit(load_manifest(path), state.gpu_class, target) if on_gpu else None
+        manifest = load_manifest(path)  # a bad one is a usage error here, before any process starts
+        why = misfit(manifest, state.gpu_class, target) if on_gpu else None
         if why:
             raise ManifestError(f"--compile-ahead={choice}: {why}")
         return path, f"--compile-ahead={choice}"

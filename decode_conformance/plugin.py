@@ -147,8 +147,6 @@ def _start_compile_ahead(config, s) -> None:
     from . import compile_ahead, compile_ahead_run
     try:
         manifest, why = compile_ahead_run.plan(config, s)
-        if manifest is not None:
-            compile_ahead.load_manifest(manifest)
     except compile_ahead.ManifestError as e:  # a bad or misfitting manifest named on the command line
         raise pytest.UsageError(str(e)) from e
     info = {"why": why}
