@@ -426,7 +426,8 @@ def parity_keys(profile: str) -> dict[str, str]:
 
 def product_grid(profile: str) -> list[Case]:
     out = []
-    fixed = dict(window="none", window_start="-", window_keys="-", softcap="off", sinks="off", lengths="long-short")
+    fixed = dict(window="none", window_start="-", window_keys="-", softcap="off", sinks="off", lengths="long-short",
+                 data="structured")
     for dt in AXES["kv_dtype"]:
         for lay in AXES["layout"]:
             for heads in AXES["heads"]:

@@ -105,6 +105,21 @@ def test_set_names_and_unknown_set():
 
 
 @pytest.mark.parametrize("profile", ["interpreter", "gpu"])
+def test_every_named_set_builds(profile):
+    """`--case-set full` once stopped the run with an internal error: its product grid named no
+    input distribution after `data` became an axis. Every set of both profiles builds, the
+    product grid adds cases to the parity set, and each of its cases classifies back."""
+    from decode_conformance import case_sets as cs
+    parity = {c.id for c in build_set("parity", "interpreter" if profile == "interpreter" else "gpu")}
+    full = build_set("full", profile)
+    grid = cs.product_grid(profile)
+    assert grid and {c.id for c in full} == parity | {c.id for c in grid}
+    assert len(parity | {c.id for c in grid}) > len(parity)
+    assert all(cs.classify(c, profile)["data"] == "structured" for c in grid)
+    assert build_set("smoke", profile)
+
+
+@pytest.mark.parametrize("profile", ["interpreter", "gpu"])
 def test_gpu_profile_adds_only_its_own_cases(profile):
     """The recipes are shared: the GPU profile has the interpreter's recipes plus the GPU-only
     2^31-element pools of fa2709."""
