@@ -328,6 +328,14 @@ def _split_k_launcher(fn, **extra):
     return launch
 
 
+def _merge_in_stage1_launch(x: Inputs, target: Target):
+    """adaptive_split with merge counters: stage 1 merges its partials where a tile fits its merge."""
+    adaptive_split = _import_kernels()[0]
+    shape = adaptive_split.merge_counter_shape(x.q.shape[0], x.q.shape[1], x.k.shape[-2])
+    _split_k_launcher(adaptive_split.decode_attention_adaptive, splits=64,
+                      merge_counters=torch.zeros(shape, dtype=torch.int32))(x, target)
+
+
 def _lean_launch(x: Inputs, target: Target):
     lean = _import_kernels()[2]
     d1 = min(x.geometry.dk, x.geometry.dv)
@@ -358,6 +366,7 @@ def kernel_entries() -> list[KernelEntry]:
         KernelEntry("adaptive_split_fp8mma", fp8_kernel.caps if has_fp8_mma else adaptive_split.CAPS,
                     _split_k_launcher(adaptive, splits=64, fp8_mma=True) if has_fp8_mma else None,
                     available=None if has_fp8_mma else "decode_attention_adaptive has no fp8_mma flag yet"),
+        KernelEntry("adaptive_split_merge_in_stage1", adaptive_split.CAPS, _merge_in_stage1_launch),
         KernelEntry("lean", lean.LeanKernel.caps, _lean_launch, omits_lse=False),
     ]
 

@@ -139,12 +139,13 @@ def _adaptive_stage1(
     Lse, stride_lseb, stride_lseh,
     Sinks, v_scale, has_sinks, store_lse,
     group, heads_per_tile, tiles_per_kv,
-    qk_scale, softcap, visible, grid, occupancy, B, ceiling, pdl_early,
+    qk_scale, softcap, visible, grid, occupancy, B, ceiling, pdl_early, Counters,
     D_MAIN: tl.constexpr, D_PE: tl.constexpr, DV: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
     SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
     MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, FP8_MMA: tl.constexpr, PDL: tl.constexpr,
+    MERGE_HEADS: tl.constexpr, MERGE_SPLITS: tl.constexpr,
 ):
     tc.allow_dependents(PDL, pdl_early != 0)
     b = tl.program_id(0)
@@ -177,6 +178,11 @@ def _adaptive_stage1(
         else:
             tc.store_partial(b, head0, chunk, acc, m_i, l_i, Part, stride_pb, stride_ph, stride_ps,
                              PartLse, stride_lb, stride_lh, heads_per_tile, DV, BLOCK_H, BLOCK_DV)
+            if MERGE_SPLITS > 0:  # merged here by the last of the n programs, not by a stage 2
+                tc.merge_if_last(b, head0, n, Counters + b * tl.num_programs(1) + tile,
+                                 Part, stride_pb, stride_ph, stride_ps, PartLse, stride_lb, stride_lh,
+                                 Out, stride_ob, stride_oh, stride_od, Lse, stride_lseb, stride_lseh, Sinks,
+                                 v_scale, heads_per_tile, has_sinks, store_lse, DV, MERGE_HEADS, MERGE_SPLITS, BLOCK_DV)
     tc.allow_dependents(PDL, pdl_early == 0)
 
 
@@ -242,6 +248,31 @@ def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None,
 
 workspace_shapes = tc.partial_shapes
 
+# Stage 1's own merge (merge_counters) loads [query heads of a tile, partials, Dv] fp32 at once:
+# at most this many elements (32 per thread of a 4-warp program) and STAGE2_SMALL_TILE partials
+# per head. 32/8/128: 4 heads x 8 partials x 128; 16/2/256: 8 x 2 x 256; MLA's 16 or more heads
+# x 512 columns do not fit and keep stage 2.
+STAGE1_MERGE_ELEMS = 4096
+
+
+def stage1_merge_splits(merge_heads: int, block_dv: int) -> int:
+    """Partials per head in one of stage 1's merge loads; 0 where a tile's heads do not fit."""
+    return min(tc.STAGE2_SMALL_TILE, STAGE1_MERGE_ELEMS // (merge_heads * block_dv))
+
+
+def merge_counter_shape(batch: int, num_q_heads: int, num_kv_heads: int) -> tuple[int, int]:
+    """The shape of `decode_attention_adaptive`'s merge_counters: one per (request, KV-head tile)."""
+    return batch, tc.head_tiling(num_q_heads, num_kv_heads)["kv_head_tiles"]
+
+
+def check_merge_counters(counters, batch: int, tiles: int, device) -> None:
+    if counters.dtype != torch.int32 or tuple(counters.shape) != (batch, tiles) or not counters.is_contiguous():
+        raise ValueError(f"merge_counters: expected a contiguous int32 tensor of shape {(batch, tiles)} (requests, "
+                         f"KV-head tiles), got {counters.dtype} {tuple(counters.shape)}")
+    if counters.device != torch.device(device):
+        raise ValueError(f"merge_counters: expected a tensor on {torch.device(device)} (q's device), "
+                         f"got {counters.device}")
+
 
 def chunk_axis(q, k_cache, v_cache, splits: int, max_visible: Optional[int], min_chunk: int = split_rule.MIN_CHUNK,
                block_n: Optional[int] = None) -> int:
@@ -270,6 +301,7 @@ def decode_attention_adaptive(
     block_n: Optional[int] = None, num_warps: Optional[int] = None, num_stages: Optional[int] = None,
     fp8_mma: bool = False, max_visible: Optional[int] = None, stage2_slices: Optional[int] = None,
     planned_seq_lens: Optional[Sequence[int]] = None,
+    merge_counters: Optional[torch.Tensor] = None, merge_in_stage1_up_to: Optional[int] = None,
 ) -> None:
     """Adaptive split-K decode attention; same tensors as `fixed_split.decode_attention_fixed`.
 
@@ -298,6 +330,12 @@ def decode_attention_adaptive(
     takes two or more, with a tile for that many. Other lengths (a graph's replays) stay right:
     a request is then cut into at most that many chunks, longer ones. A chunk axis sized for
     the budget was mostly programs with nothing to do (32 x 8k: 16384 launched, 1280 with work).
+    merge_counters: int32 [B, KV-head tiles] (`merge_counter_shape`), all 0; every launch leaves
+    them 0 again. Stage 1 then merges the partials itself, in the last of a request's programs
+    to finish each head tile (`tc.merge_if_last`), and stage 2 is not launched. Only where a
+    tile's query heads x Dv fit one merge load (`stage1_merge_splits`) and, with
+    merge_in_stage1_up_to, where stage 1 has at most that many programs per request; elsewhere
+    the two stages run as without it.
     """
     B, Hq, Hkv, Dk, Dv = tc.check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks)
     if splits is None or occupancy is None:
@@ -328,6 +366,13 @@ def decode_attention_adaptive(
     # of at most 8 chunks merges with the 8-wide tile alone (sized for the partials' 64 at b32-8k, stage 2 ran
     # 8-warp programs in two waves: 14.5 us in s24-6).
     merge = programs >= 2  # else every request is finished in stage 1
+    merge_heads = tc.next_pow2(tiling["heads_per_tile"])
+    merge_splits = 0  # partials per head in one of stage 1's merge loads; 0: no merge in stage 1
+    if merge_counters is not None:
+        check_merge_counters(merge_counters, B, tiling["kv_head_tiles"], q.device)
+        if merge and (merge_in_stage1_up_to is None or programs <= merge_in_stage1_up_to):
+            merge_splits = stage1_merge_splits(merge_heads, dims["BLOCK_DV"])
+            merge = not merge_splits
     pdl = tc.dependent_launch(q)  # stage 1 takes the flag whether or not stage 2 follows: one variant
     slices = (stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)) if merge else 0
     early = merge and pdl and trigger_early(B * tiling["kv_head_tiles"] * programs, B * Hq * slices,
@@ -338,8 +383,10 @@ def decode_attention_adaptive(
     _adaptive_stage1[(B, tiling["kv_head_tiles"], programs)](
         *tc.cache_args(q, ctx, kv_indptr, kv_indices), *tc.partial_args(partials, partial_lse), *outputs,
         *tc.tile_args(ctx, sm_scale, k_scale, softcap), visible, S, occupancy, B, programs, int(early),
+        merge_counters if merge_splits else kv_indptr,  # (not read without the merge)
         **tc.stage1_constexprs(ctx, softcap),
-        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl))
+        MIN_CHUNK=int(min_chunk), CHUNK_BLOCK=block_n, FP8_MMA=tc.fp8_mma_code(k_cache, fp8_mma), PDL=int(pdl),
+        MERGE_HEADS=merge_heads if merge_splits else 0, MERGE_SPLITS=merge_splits)
     if not merge:
         return
     slice_dv = dims["BLOCK_DV"] // slices
@@ -410,7 +457,14 @@ class AdaptiveSplitKernel:
         shapes = workspace_shapes(batch.batch_size, batch.num_q_heads, batch.v_head_dim, chunks)
         return plan_launch(batch, "adaptive_split", shapes, decode_attention_adaptive, splits=S, occupancy=occ,
                            min_chunk=self.min_chunk, block_n=self.block_n, fp8_mma=self.fp8_mma, max_visible=bound,
-                           planned_seq_lens=tuple(batch.seq_lens_host) if self.sized_for_lengths else None)
+                           planned_seq_lens=tuple(batch.seq_lens_host) if self.sized_for_lengths else None,
+                           **self.launch_options(batch))
+
+    def launch_options(self, batch) -> dict:
+        """More keyword arguments of `decode_attention_adaptive` for this batch's launches (none
+        here): a subclass times another launch option through the same plan, its scratch taken
+        from `batch.workspace`."""
+        return {}
 
 
 class AdaptiveSplitFp8MmaKernel(AdaptiveSplitKernel):

@@ -486,6 +486,67 @@ def stage2_row(
              mask=(first == 0) & flag_mask(first, store_lse))
 
 
+@triton.jit
+def merge_tile_partials(b, head0, count, Part, stride_pb, stride_ph, stride_ps, PartLse, stride_lb, stride_lh,
+                        heads_per_tile, DV: tl.constexpr, HEADS: tl.constexpr, SPLITS: tl.constexpr,
+                        BLOCK_DV: tl.constexpr):
+    """Merge partials 0..count-1 of the tile's query heads (head0 ..), SPLITS of each head's at a
+    time in one [HEADS, SPLITS, BLOCK_DV] load, read past L1 (`.cg`: other SMs wrote them).
+    Returns (acc [HEADS, BLOCK_DV] = sum_i w_i o_i, denom [HEADS] = sum_i w_i, m [HEADS]), with
+    w_i = exp(lse_i - m): `finalize_rows`' operands. Padding heads stay at m = -inf, denom 0."""
+    offs_h = tl.arange(0, HEADS)
+    hmask = offs_h < heads_per_tile
+    heads = (head0 + offs_h).to(tl.int64)
+    offs_s = tl.arange(0, SPLITS)
+    offs_v = tl.arange(0, BLOCK_DV)
+    b64 = b.to(tl.int64)
+    lse_row = PartLse + b64 * stride_lb + heads[:, None] * stride_lh
+    part_row = Part + b64 * stride_pb + heads[:, None, None] * stride_ph + offs_v[None, None, :]
+    m = tl.full([HEADS], float("-inf"), dtype=tl.float32)
+    denom = tl.zeros([HEADS], dtype=tl.float32)
+    acc = tl.zeros([HEADS, BLOCK_DV], dtype=tl.float32)
+    for s0 in range(0, count, SPLITS):
+        idx = s0 + offs_s
+        mask2 = hmask[:, None] & (idx < count)[None, :]
+        lse = tl.load(lse_row + idx[None, :], mask=mask2, other=float("-inf"), cache_modifier=".cg")
+        m_new = tl.maximum(m, tl.max(lse, 1))
+        m_ref = tl.where(m_new > float("-inf"), m_new, 0.0)  # a padding head: nothing to rescale
+        scale = tl.exp(m - m_ref)
+        w = tl.exp(lse - m_ref[:, None])
+        o = tl.load(part_row + idx[None, :, None] * stride_ps,
+                    mask=mask2[:, :, None] & (offs_v < DV)[None, None, :], other=0.0, cache_modifier=".cg")
+        acc = acc * scale[:, None] + tl.sum(w[:, :, None] * o, 1)
+        denom = denom * scale + tl.sum(w, 1)
+        m = m_new
+    return acc, denom, m
+
+
+@triton.jit
+def merge_if_last(b, head0, count, counter,
+                  Part, stride_pb, stride_ph, stride_ps,
+                  PartLse, stride_lb, stride_lh,
+                  Out, stride_ob, stride_oh, stride_od,
+                  Lse, stride_lseb, stride_lseh,
+                  Sinks, v_scale, heads_per_tile, has_sinks, store_lse,
+                  DV: tl.constexpr, HEADS: tl.constexpr, SPLITS: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """Stage 1's merge, after a program stored its partial: it draws a ticket on its (request,
+    head tile)'s counter, and the program that draws the last of `count` merges every partial in
+    chunk order (not arrival order: the bits do not depend on which program finished last),
+    writes out and lse, and sets the counter back to 0 for the next launch or graph replay.
+    Nobody waits on anybody (the protocol of Lean's combine): no spinning, so Triton's
+    interpreter, which runs programs one after another, cannot deadlock."""
+    tl.debug_barrier()  # every thread's partial is written before the ticket (release)
+    ticket = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    tl.debug_barrier()
+    if ticket == count - 1:
+        acc, denom, m = merge_tile_partials(b, head0, count, Part, stride_pb, stride_ph, stride_ps,
+                                            PartLse, stride_lb, stride_lh, heads_per_tile, DV, HEADS, SPLITS,
+                                            BLOCK_DV)
+        store_final(b, head0, acc, m, denom, Out, stride_ob, stride_oh, stride_od, Lse, stride_lseb, stride_lseh,
+                    Sinks, v_scale, heads_per_tile, has_sinks, store_lse, DV, HEADS, BLOCK_DV)
+        tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+
+
 # ----------------------------------------------------------------------------------------
 # host helpers
 # ----------------------------------------------------------------------------------------

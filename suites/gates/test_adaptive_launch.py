@@ -21,6 +21,7 @@ from decode_conformance.runner import prepare, yardstick  # noqa: E402
 MIXED = Case(kv_dtype="bf16", num_q_heads=8, num_kv_heads=2, head_dim=64, seq_lens=(0, 1, 200, 1500),
              page_size=16, sinks=True, seed=5)
 _MOD = None  # test_a_request_past_the_axis_is_caught: the module its planted helper calls into
+_MERGE = None  # test_a_merge_of_the_first_round_only_is_caught: the helper its plant calls
 SHORT = MIXED.replace(seq_lens=(0, 1, 200, 255), seed=6)  # none takes two chunks (< 2 x 128 keys)
 
 
@@ -160,6 +161,87 @@ def test_planned_lengths_must_match_the_batch():
     with pytest.raises(ValueError, match="planned_seq_lens: expected 4 lengths"):
         _run(MIXED, planned_seq_lens=(100, 100))
 
+
+
+# Stage 1's own merge (merge_counters): the last of a request's programs to finish a head tile
+# merges that tile's partials, and stage 2 is not launched. MIXED's 1500-key request takes 11
+# chunks; a tile's 4 query heads x 64 columns merge 8 partials per round of loads: two rounds,
+# the second one masked.
+def _counters(case, fill=0):
+    mod, device = _adaptive()
+    shape = mod.merge_counter_shape(len(case.seq_lens), case.num_q_heads, case.num_kv_heads)
+    return torch.full(shape, fill, dtype=torch.int32, device=device)
+
+
+def test_stage1_merge_replaces_stage2():
+    mod, _ = _adaptive()
+    assert mod.stage1_merge_splits(4, 64) == 8
+    counters = _counters(MIXED)
+    v, launches = _run(MIXED, merge_counters=counters)
+    assert v.passed, v.summary()
+    assert launches == [], "stage 2 launched although stage 1 merged"
+    assert counters.tolist() == [[0, 0]] * 4, "the counters were not left at 0 for the next launch"
+
+
+def test_stage1_merge_up_to_keeps_stage2_above_it():
+    """merge_in_stage1_up_to below the 16 programs of the axis (splits=16): stage 2 merges, as
+    without counters; at 16 stage 1 does."""
+    for up_to, stage2 in ((8, 1), (16, 0)):
+        counters = _counters(MIXED)
+        v, launches = _run(MIXED, splits=16, occupancy=16, merge_counters=counters, merge_in_stage1_up_to=up_to)
+        assert v.passed, v.summary()
+        assert len(launches) == stage2, up_to
+
+
+def test_a_counter_left_set_is_caught():
+    """The planted bug the counters' reset guards against: a launch after one that left its
+    counters at 11 (no reset). No program draws the last ticket, nothing merges the 1500-key
+    request, its rows stay unwritten (NaN-poisoned) and the judge fails them."""
+    v, launches = _run(MIXED, merge_counters=_counters(MIXED, fill=11))
+    assert launches == []
+    assert not v.passed
+
+
+def test_a_merge_of_the_first_round_only_is_caught(monkeypatch):
+    """Planted: the merge stops after its first round of loads (8 of the 11 partials), as a loop
+    bound of one round would. Planted through the interpreter's late binding of the kernel's
+    helper (CPU only)."""
+    mod, device = _adaptive()
+    if device != "cpu":
+        pytest.skip("planted through the CPU interpreter")
+    import triton
+    global _MOD, _MERGE
+    _MOD, _MERGE = mod, mod.tc.merge_tile_partials
+
+    @triton.jit
+    def first_round_only(b, head0, count, Part, stride_pb, stride_ph, stride_ps, PartLse, stride_lb, stride_lh,
+                         heads_per_tile, DV: mod.tl.constexpr, HEADS: mod.tl.constexpr, SPLITS: mod.tl.constexpr,
+                         BLOCK_DV: mod.tl.constexpr):
+        return _MERGE(b, head0, _MOD.tl.minimum(count, SPLITS), Part, stride_pb, stride_ph, stride_ps, PartLse,
+                      stride_lb, stride_lh, heads_per_tile, DV, HEADS, SPLITS, BLOCK_DV)
+
+    monkeypatch.setattr(mod.tc, "merge_tile_partials", first_round_only)
+    v, _ = _run(MIXED, merge_counters=_counters(MIXED))
+    assert not v.passed
+
+
+def test_merge_counters_are_checked():
+    with pytest.raises(ValueError, match=r"merge_counters: expected a contiguous int32 tensor of shape \(4, 2\)"):
+        _run(MIXED, merge_counters=_counters(MIXED).to(torch.int64))
+    with pytest.raises(ValueError, match=r"merge_counters: expected .* shape \(4, 2\).* got torch.int32 \(2, 4\)"):
+        _run(MIXED, merge_counters=_counters(MIXED).reshape(2, 4))
+
+
+def test_tiles_too_wide_for_stage1s_merge_keep_stage2():
+    """A tile's query heads x columns over STAGE1_MERGE_ELEMS (64 heads x 128 here; MLA's 16 x 512)
+    keep stage 2; 64 heads x 64 columns fit, one partial of each head per round (11 rounds)."""
+    mod, _ = _adaptive()
+    assert [mod.stage1_merge_splits(*t) for t in ((4, 128), (8, 256), (16, 512), (64, 128), (64, 64))] == [8, 2, 0, 0, 1]
+    for head_dim, stage2 in ((128, 1), (64, 0)):
+        wide = MIXED.replace(num_q_heads=64, num_kv_heads=1, head_dim=head_dim, v_head_dim=head_dim, seed=9)
+        v, launches = _run(wide, merge_counters=_counters(wide))
+        assert v.passed, v.summary()
+        assert len(launches) == stage2, head_dim
 
 # A windowed batch: both requests see 300 keys, one of them out of 2000 (the vllm47188 shape).
 WINDOWED = Case(kv_dtype="bf16", num_q_heads=8, num_kv_heads=4, head_dim=64, seq_lens=(2000, 700), window=300,
