@@ -14,21 +14,20 @@ that tile's partials (a ticket on a per-tile counter, the protocol Lean's combin
 the H200), so the merges of other tiles overlap the stream and only the last one is on the
 critical path, with no second kernel to wait for.
 
-What it may cost: the last merge is one program's loads of n partials, `stage1_merge_splits` per
-head per round of loads (8 at 32/8/128, 2 at 16/2/256); stage 2 spreads a request over many
+What it may cost: the last merge is one program's loads of n partials, `stage1_merge_splits` of
+them per round of loads (4 at 32/8/128, 1 at 16/2/256); stage 2 spreads a request over many
 programs and merges up to 128 partials in one round. So the candidates merge in stage 1 only
-where stage 1 has at most 8 programs per request (one round at 32/8/128: b32-8k's 5 chunks,
-16/2/256 b32-8k's 4) or 24 (three rounds: b4-32k and b4-128k's 20 chunks too), and keep stage 2
-elsewhere (a batch of one at 32k or 128k takes 82 chunks at 32/8/128: 11 rounds on one SM).
-`merge_in_stage1_always` merges at every count; it is the one to run the parity set with.
+where stage 1 has at most 8 programs per request (two rounds at 32/8/128: b32-8k's 5 chunks;
+16/2/256 b32-8k's 4) or 24 (five or six rounds: b4-32k and b4-128k's 20 chunks too), and keep
+stage 2 elsewhere (a batch of one at 32k or 128k takes 82 chunks at 32/8/128: 21 rounds on one
+SM). `merge_in_stage1_always` merges at every count; it is the one to run the parity set with.
 The chunk counts per cell on 132 SMs: `adaptive_split.plan_splits` and `split_rule.most_chunks`.
 
 Registers (sm_90 compiles on a CPU through ci/compile_check.py's launch recording; the triton 3.6
-build reproduces the H200's recorded counts): with triton 3.6.0, the H200's, every merging stage-1
-variant keeps the shipped variant's count (bf16 32/8/128 96, e4m3 168, 16/2/256 128), so the A/B
-runs at the same programs per SM. With triton 3.9.0 the bf16 32/8/128 variant takes 146 against
-94 (3 programs per SM, not 5), and stays at 94 only with 2 partials per round: to be solved
-before the merge ships where Triton is 3.9.
+build reproduces the H200's recorded counts): every merging 32/8/128 stage-1 variant keeps the
+shipped variant's count on triton 3.6.0 and 3.9.0 (bf16 96 / 94, e4m3 168 / 160), so the A/B runs
+at the same programs per SM; the 16/2/256 rows too on 3.6 (128). On 3.9 the e5m2 16/2/256 row
+takes 136 against 128 (1 program per SM instead of 2; fp16 there is 160 against 154, already 1).
 
 Nothing here is shipped: the launch option is `decode_attention_adaptive(merge_counters=...)`,
 off unless given; a candidate that wins makes it the plan's default where it won.

@@ -248,11 +248,14 @@ def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None,
 
 workspace_shapes = tc.partial_shapes
 
-# Stage 1's own merge (merge_counters) loads [query heads of a tile, partials, Dv] fp32 at once:
-# at most this many elements (32 per thread of a 4-warp program) and STAGE2_SMALL_TILE partials
-# per head. 32/8/128: 4 heads x 8 partials x 128; 16/2/256: 8 x 2 x 256; MLA's 16 or more heads
-# x 512 columns do not fit and keep stage 2.
-STAGE1_MERGE_ELEMS = 4096
+# Stage 1's own merge (merge_counters) has a round of [query heads of a tile, Dv] fp32 loads in
+# flight, one per partial: at most this many elements in all (16 per thread of a 4-warp program)
+# and STAGE2_SMALL_TILE partials. 32/8/128: 4 partials of 4 heads x 128; 16/2/256: 1 of 8 x 256;
+# MLA's 16 or more heads x 512 columns do not fit and keep stage 2. Why 2048: compiled for sm_90
+# (ci/compile_check.py's recorded launches), the merging bf16 32/8/128 stage 1 keeps the shipped
+# variant's registers at 2048 on triton 3.6 and 3.9 (96 and 94: 5 programs per SM); at 4096 it
+# took 114 on 3.9 (and 146 as one [heads, partials, Dv] load), 4 programs per SM.
+STAGE1_MERGE_ELEMS = 2048
 
 
 def stage1_merge_splits(merge_heads: int, block_dv: int) -> int:

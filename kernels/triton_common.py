@@ -490,8 +490,10 @@ def stage2_row(
 def merge_tile_partials(b, head0, count, Part, stride_pb, stride_ph, stride_ps, PartLse, stride_lb, stride_lh,
                         heads_per_tile, DV: tl.constexpr, HEADS: tl.constexpr, SPLITS: tl.constexpr,
                         BLOCK_DV: tl.constexpr):
-    """Merge partials 0..count-1 of the tile's query heads (head0 ..), SPLITS of each head's at a
-    time in one [HEADS, SPLITS, BLOCK_DV] load, read past L1 (`.cg`: other SMs wrote them).
+    """Merge partials 0..count-1 of the tile's query heads (head0 ..), in chunk order, one online
+    update per partial; the SPLITS partials of a round are unrolled, so their [HEADS, BLOCK_DV]
+    loads are all in flight before the first update (sm_90 SASS of the triton 3.6 build). Read
+    past L1 (`.cg`): other SMs wrote them.
     Returns (acc [HEADS, BLOCK_DV] = sum_i w_i o_i, denom [HEADS] = sum_i w_i, m [HEADS]), with
     w_i = exp(lse_i - m): `finalize_rows`' operands. Padding heads stay at m = -inf, denom 0."""
     offs_h = tl.arange(0, HEADS)
@@ -500,24 +502,24 @@ def merge_tile_partials(b, head0, count, Part, stride_pb, stride_ph, stride_ps, 
     offs_s = tl.arange(0, SPLITS)
     offs_v = tl.arange(0, BLOCK_DV)
     b64 = b.to(tl.int64)
-    lse_row = PartLse + b64 * stride_lb + heads[:, None] * stride_lh
-    part_row = Part + b64 * stride_pb + heads[:, None, None] * stride_ph + offs_v[None, None, :]
+    lse_row = PartLse + b64 * stride_lb + heads * stride_lh
+    part_row = Part + b64 * stride_pb + heads[:, None] * stride_ph + offs_v[None, :]
+    vmask = (offs_v < DV)[None, :]
     m = tl.full([HEADS], float("-inf"), dtype=tl.float32)
     denom = tl.zeros([HEADS], dtype=tl.float32)
     acc = tl.zeros([HEADS, BLOCK_DV], dtype=tl.float32)
     for s0 in range(0, count, SPLITS):
-        idx = s0 + offs_s
-        mask2 = hmask[:, None] & (idx < count)[None, :]
-        lse = tl.load(lse_row + idx[None, :], mask=mask2, other=float("-inf"), cache_modifier=".cg")
-        m_new = tl.maximum(m, tl.max(lse, 1))
-        m_ref = tl.where(m_new > float("-inf"), m_new, 0.0)  # a padding head: nothing to rescale
-        scale = tl.exp(m - m_ref)
-        w = tl.exp(lse - m_ref[:, None])
-        o = tl.load(part_row + idx[None, :, None] * stride_ps,
-                    mask=mask2[:, :, None] & (offs_v < DV)[None, None, :], other=0.0, cache_modifier=".cg")
-        acc = acc * scale[:, None] + tl.sum(w[:, :, None] * o, 1)
-        denom = denom * scale + tl.sum(w, 1)
-        m = m_new
+        for s in tl.static_range(SPLITS):
+            ok = hmask & (offs_h * 0 + (s0 + s) < count)  # (a tensor: the interpreter rejects a scalar mask)
+            lse = tl.load(lse_row + s0 + s, mask=ok, other=float("-inf"), cache_modifier=".cg")
+            o = tl.load(part_row + (s0 + s) * stride_ps, mask=ok[:, None] & vmask, other=0.0, cache_modifier=".cg")
+            m_new = tl.maximum(m, lse)
+            m_ref = tl.where(m_new > float("-inf"), m_new, 0.0)
+            scale = tl.exp(m - m_ref)
+            w = tl.exp(lse - m_ref)
+            acc = acc * scale[:, None] + w[:, None] * o
+            denom = denom * scale + w
+            m = m_new
     return acc, denom, m
 
 

@@ -233,12 +233,13 @@ def test_merge_counters_are_checked():
 
 
 def test_tiles_too_wide_for_stage1s_merge_keep_stage2():
-    """A tile's query heads x columns over STAGE1_MERGE_ELEMS (64 heads x 128 here; MLA's 16 x 512)
-    keep stage 2; 64 heads x 64 columns fit, one partial of each head per round (11 rounds)."""
+    """A tile's query heads x columns over STAGE1_MERGE_ELEMS (32 heads x 128 here; MLA's 16 x 512)
+    keep stage 2; 32 heads x 64 columns fit, one partial per round (11 rounds)."""
     mod, _ = _adaptive()
-    assert [mod.stage1_merge_splits(*t) for t in ((4, 128), (8, 256), (16, 512), (64, 128), (64, 64))] == [8, 2, 0, 0, 1]
+    shapes = ((4, 128), (8, 256), (16, 512), (32, 128), (32, 64))  # (heads of a tile, columns)
+    assert [mod.stage1_merge_splits(*t) for t in shapes] == [4, 1, 0, 0, 1]
     for head_dim, stage2 in ((128, 1), (64, 0)):
-        wide = MIXED.replace(num_q_heads=64, num_kv_heads=1, head_dim=head_dim, v_head_dim=head_dim, seed=9)
+        wide = MIXED.replace(num_q_heads=32, num_kv_heads=1, head_dim=head_dim, v_head_dim=head_dim, seed=9)
         v, launches = _run(wide, merge_counters=_counters(wide))
         assert v.passed, v.summary()
         assert len(launches) == stage2, head_dim
