@@ -60,10 +60,11 @@ class MergeInStage1(AdaptiveSplitKernel):
 
 
 class FourPerSmMergeInStage1(MergeInStage1, FourPerSmRule):
-    """The pps4_budget66 rule (benchmarks/rule_candidates.py) with stage 1's merge."""
+    """A pps4 rule (benchmarks/rule_candidates.py: the budget for `budget_programs_per_sm`) with
+    stage 1's merge."""
 
-    def __init__(self, up_to: Optional[int] = None, **kw):
-        FourPerSmRule.__init__(self, budget_programs_per_sm=4, **kw)
+    def __init__(self, up_to: Optional[int] = None, budget_programs_per_sm: int = 4, **kw):
+        FourPerSmRule.__init__(self, budget_programs_per_sm=budget_programs_per_sm, **kw)
         self.up_to = up_to
         self.name = f"{self.name}_merge_in_stage1" + (f"_upto{up_to}" if up_to else "")
 
@@ -88,3 +89,15 @@ def merge_in_stage1_upto24():
 def pps4_budget66_merge_in_stage1_upto24():
     """pps4_budget66's counts (2 chunks at b32-8k, 16 at b4-32k), stage 1 merging up to 24."""
     return FourPerSmMergeInStage1(up_to=24)
+
+
+def pps4_budget66_merge_in_stage1_upto8():
+    """pps4_budget66's counts, stage 1 merging up to 8 (two rounds at 32/8/128: b4-32k's 16
+    chunks keep stage 2; session 30's A/B had 24 cost b4-32k 2 %)."""
+    return FourPerSmMergeInStage1(up_to=8)
+
+
+def pps4_budget82_merge_in_stage1_upto8():
+    """pps4_budget82's counts (occupancy for 4 programs per SM, a ragged request's share of the
+    rule's 82-chunk budget: b4-ragged as shipped), stage 1 merging up to 8."""
+    return FourPerSmMergeInStage1(up_to=8, budget_programs_per_sm=5)
