@@ -236,10 +236,12 @@ def ForcedChunks(chunks: int, block_n=None):
 
 def chunk_cells(quick: bool = False, only=None) -> list:
     """The sweep's (shape, batch, ctx) cells; `only`: `Hq/Hkv/D` or `Hq/Hkv/D:batch` filters (a cut
-    sweep's next call resumes where it stopped)."""
-    cells = [(s, b, c) for s in CHUNK_SHAPES for b in CHUNK_BATCHES for c in CHUNK_CTX if b * c <= CHUNK_MAX_KEYS]
+    sweep's next call resumes where it stopped). A filter's batch need not be one of CHUNK_BATCHES:
+    `32/8/128:40` sweeps batch 40 of that shape (a rule's boundary between two listed batches)."""
+    wanted = [_parse_cell_filter(f) for f in only] if only else []
+    batches = sorted(set(CHUNK_BATCHES) | {b for s, b in wanted if b is not None and s in CHUNK_SHAPES})
+    cells = [(s, b, c) for s in CHUNK_SHAPES for b in batches for c in CHUNK_CTX if b * c <= CHUNK_MAX_KEYS]
     if only:
-        wanted = [_parse_cell_filter(f) for f in only]
         cells = [(s, b, c) for s, b, c in cells if any(s == fs and fb in (None, b) for fs, fb in wanted)]
         if not cells:
             raise SystemExit(f"--only {' '.join(only)}: no cell of the sweep matches "

@@ -96,3 +96,7 @@ def test_only_resumes_a_cut_sweep_at_the_cells_named():
     for bad in ("16/2/255", "16/2", "x:8"):
         with pytest.raises(SystemExit, match="--only"):
             sweep.chunk_cells(only=[bad])
+    # a batch between the listed ones is swept where it is named, and only there
+    assert 40 not in sweep.CHUNK_BATCHES
+    assert {(s, b) for s, b, _ in sweep.chunk_cells(only=["32/8/128:40"])} == {((32, 8, 128), 40)}
+    assert not any(b == 40 for _, b, _ in sweep.chunk_cells(only=["32/8/128"]))
