@@ -16,6 +16,9 @@ b1-32k 2.7 % faster and b4-ragged 1.5 % slower: its long request's share of a bu
 caches, not MLA; the 8-warp and fp8 rows keep their measured raise):
   - pps4_budget66: occupancy and budget both for 4 programs per SM;
   - pps4_budget82: occupancy for 4, the budget (a ragged request's share) for the rule's 5.
+A count of 1 keeps the rule's raise, at 4 per SM: at 32/8/128 batch 48 that is 4 chunks where the shipped
+rule keeps 1, and session 27's sweep timed 4 there 8-15 % slower (docs/gpu-runs/2026-12-05-h200-s30: why
+no candidate is shipped yet; sweep batch 36-60 before one is).
 """
 from __future__ import annotations
 
