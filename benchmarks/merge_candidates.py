@@ -63,8 +63,10 @@ class FourPerSmMergeInStage1(MergeInStage1, FourPerSmRule):
     """A pps4 rule (benchmarks/rule_candidates.py: the budget for `budget_programs_per_sm`) with
     stage 1's merge."""
 
-    def __init__(self, up_to: Optional[int] = None, budget_programs_per_sm: int = 4, **kw):
-        FourPerSmRule.__init__(self, budget_programs_per_sm=budget_programs_per_sm, **kw)
+    def __init__(self, up_to: Optional[int] = None, budget_programs_per_sm: int = 4,
+                 below_two_programs_per_sm: Optional[int] = None, **kw):
+        FourPerSmRule.__init__(self, budget_programs_per_sm=budget_programs_per_sm,
+                               below_two_programs_per_sm=below_two_programs_per_sm, **kw)
         self.up_to = up_to
         self.name = f"{self.name}_merge_in_stage1" + (f"_upto{up_to}" if up_to else "")
 
@@ -101,3 +103,10 @@ def pps4_budget82_merge_in_stage1_upto8():
     """pps4_budget82's counts (occupancy for 4 programs per SM, a ragged request's share of the
     rule's 82-chunk budget: b4-ragged as shipped), stage 1 merging up to 8."""
     return FourPerSmMergeInStage1(up_to=8, budget_programs_per_sm=5)
+
+
+def pps4_budget66_shipped_below2_merge_in_stage1_upto8():
+    """rule_candidates.pps4_budget66_shipped_below2's counts (the shipped rule's below 2 chunks at
+    4 per SM), stage 1 merging up to 8."""
+    from decode_conformance_kernels import split_rule
+    return FourPerSmMergeInStage1(up_to=8, below_two_programs_per_sm=split_rule.PROGRAMS_PER_SM)

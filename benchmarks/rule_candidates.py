@@ -28,13 +28,17 @@ from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
 CANDIDATE_PROGRAMS_PER_SM = 4
 
 
-def occupancy_without_raise(batch: int, kv_head_tiles: int, num_sms: int, max_splits: int, programs_per_sm: int) -> int:
-    """floor(slots / (batch x tiles)) in [1, max_splits], kept as it is from 2 up; a count of 1 takes
-    the rule's own treatment (`split_rule.occupancy_splits`: raised to 3 or 4 only from a wave
-    under WAVE_FILL)."""
+def occupancy_without_raise(batch: int, kv_head_tiles: int, num_sms: int, max_splits: int, programs_per_sm: int,
+                            below_two_programs_per_sm: int | None = None) -> int:
+    """floor(slots / (batch x tiles)) in [1, max_splits], kept as it is from 2 up. Below 2: with
+    `below_two_programs_per_sm`, the same count at that many programs per SM; else the rule's own
+    count (`split_rule.occupancy_splits`: a count of 1 raised to 3 or 4 only from a wave under
+    WAVE_FILL)."""
     floor_count = max(1, min(max_splits, programs_per_sm * num_sms // (batch * kv_head_tiles)))
     if floor_count >= 2:
         return floor_count
+    if below_two_programs_per_sm and below_two_programs_per_sm != programs_per_sm:
+        return occupancy_without_raise(batch, kv_head_tiles, num_sms, max_splits, below_two_programs_per_sm)
     return split_rule.occupancy_splits(batch, kv_head_tiles, num_sms, max_splits, programs_per_sm)
 
 
@@ -50,10 +54,12 @@ class FourPerSmRule(AdaptiveSplitKernel):
     budget sized for `budget_programs_per_sm` (4 or the rule's 5), in the candidate class; the
     shipped rule elsewhere, and wherever the batch or the adapter fixes or caps the budget."""
 
-    def __init__(self, budget_programs_per_sm: int, **kw):
+    def __init__(self, budget_programs_per_sm: int, below_two_programs_per_sm: int | None = None, **kw):
         super().__init__(**kw)
         self.budget_programs_per_sm = budget_programs_per_sm
-        self.name = f"adaptive_pps{CANDIDATE_PROGRAMS_PER_SM}_budget{budget_programs_per_sm}"
+        self.below_two_programs_per_sm = below_two_programs_per_sm
+        self.name = (f"adaptive_pps{CANDIDATE_PROGRAMS_PER_SM}_budget{budget_programs_per_sm}"
+                     + (f"_below2pps{below_two_programs_per_sm}" if below_two_programs_per_sm else ""))
 
     def chunk_budget(self, batch) -> tuple[int, int]:
         if self.chunks or batch.num_splits or self.max_splits or not in_candidate_class(batch):
@@ -62,7 +68,7 @@ class FourPerSmRule(AdaptiveSplitKernel):
         sms = self.num_sms if self.num_sms is not None else split_rule.num_sms(batch.device)
         budget = split_rule.grid_splits(batch.batch_size, tiles, sms, split_rule.MAX_SPLITS, self.budget_programs_per_sm)
         occupancy = occupancy_without_raise(batch.batch_size, tiles, sms, split_rule.MAX_SPLITS,
-                                            CANDIDATE_PROGRAMS_PER_SM)
+                                            CANDIDATE_PROGRAMS_PER_SM, self.below_two_programs_per_sm)
         return budget, min(occupancy, budget)
 
 
@@ -74,3 +80,12 @@ def pps4_budget66():
 def pps4_budget82():
     """Occupancy for 4 programs per SM, the budget for the rule's 5 (82 chunks at 32/8/128)."""
     return FourPerSmRule(budget_programs_per_sm=split_rule.PROGRAMS_PER_SM)
+
+
+def pps4_budget66_shipped_below2():
+    """pps4_budget66 where 4 programs per SM give 2 chunks or more (batch 33 or less at 32/8/128 on
+    132 SMs); below that the count for the shipped 5 per SM, not raised from 2 (batch 34-41: 2, where
+    the shipped rule raises 34 to 7 chunks), and the shipped rule's own count where that is 1 (batch 42
+    on: 48 and 64 keep 1, 52 takes 3, 56 takes 4), so the batches s27's sweep timed at 48 and 64 keep
+    the shipped counts."""
+    return FourPerSmRule(budget_programs_per_sm=4, below_two_programs_per_sm=split_rule.PROGRAMS_PER_SM)

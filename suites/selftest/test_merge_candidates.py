@@ -42,7 +42,7 @@ def _run(kernel, adaptive_split, device):
 
 @pytest.mark.parametrize("factory", ["merge_in_stage1_always", "merge_in_stage1_upto8", "merge_in_stage1_upto24",
                                      "pps4_budget66_merge_in_stage1_upto24", "pps4_budget66_merge_in_stage1_upto8",
-                                     "pps4_budget82_merge_in_stage1_upto8"])
+                                     "pps4_budget82_merge_in_stage1_upto8", "pps4_budget66_shipped_below2_merge_in_stage1_upto8"])
 def test_candidate_merges_in_stage1_and_passes_the_judge(factory):
     mc, adaptive_split, device = _candidates()
     kernel = getattr(mc, factory)()
@@ -73,7 +73,7 @@ def test_candidate_names_are_distinct():
     mc, _, _ = _candidates()
     names = [f().name for f in (mc.merge_in_stage1_always, mc.merge_in_stage1_upto8, mc.merge_in_stage1_upto24,
                                 mc.pps4_budget66_merge_in_stage1_upto24, mc.pps4_budget66_merge_in_stage1_upto8,
-                                mc.pps4_budget82_merge_in_stage1_upto8)]
+                                mc.pps4_budget82_merge_in_stage1_upto8, mc.pps4_budget66_shipped_below2_merge_in_stage1_upto8)]
     assert names == ["adaptive_split_merge_in_stage1", "adaptive_split_merge_in_stage1_upto8", "adaptive_split_merge_in_stage1_upto24",
                      "adaptive_pps4_budget4_merge_in_stage1_upto24", "adaptive_pps4_budget4_merge_in_stage1_upto8",
-                     "adaptive_pps4_budget5_merge_in_stage1_upto8"]
+                     "adaptive_pps4_budget5_merge_in_stage1_upto8", "adaptive_pps4_budget4_below2pps5_merge_in_stage1_upto8"]

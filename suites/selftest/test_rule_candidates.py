@@ -41,6 +41,22 @@ def test_candidates_plan_the_sweeps_fastest_counts_at_32x8x128(b, occupancy, rul
     assert AdaptiveSplitKernel(num_sms=H200_SMS).chunk_budget(_batch(b)) == (82, rule_occupancy)
 
 
+# pps4_budget66_shipped_below2: the 4-per-SM count where it is 2 or more (batch <= 33), the 5-per-SM count
+# without a raise from 2 (batch 34-41; the shipped rule raises 34 to 7), the shipped rule's where that is 1
+# (s27's sweep: at batch 48 the shipped 1 chunk beat 4 by 8-15 %, which the other candidates plan).
+@pytest.mark.parametrize("b, occupancy", [(4, 16), (8, 8), (16, 4), (24, 2), (32, 2), (33, 2), (34, 2), (40, 2),
+                                          (48, 1), (52, 3), (56, 4), (64, 1)])
+def test_shipped_below2_candidate_counts_at_32x8x128(b, occupancy):
+    rc = _candidates()
+    from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
+    candidate = rc.pps4_budget66_shipped_below2()
+    candidate.num_sms = H200_SMS
+    assert candidate.chunk_budget(_batch(b)) == (66, occupancy)
+    shipped = AdaptiveSplitKernel(num_sms=H200_SMS).chunk_budget(_batch(b))[1]
+    assert (shipped == occupancy) == (b >= 40), (b, shipped)  # the shipped counts from batch 40 on
+    assert candidate.name == "adaptive_pps4_budget4_below2pps5" != rc.pps4_budget66().name
+
+
 @pytest.mark.parametrize("batch", [_batch(32, 16, 2, 256), _batch(32, kv_bytes=1), _batch(8, 128, 1, 576, mla=True),
                                    _batch(8, mla=True)],
                          ids=["8-warp-16x2x256", "fp8-32x8x128", "mla", "v-from-k-d128"])
