@@ -12,13 +12,15 @@ batch 8-32, the fastest 64-key count was at every cell the occupancy count for 4
 SM with no wave-fill raise (8, 4, 2 and 2 chunks against the rule's 10, 5, 10 and 5), 0.1-8.4 %
 faster. Interleaved with the shipped rule in one process (s27-3), the first candidate below ran
 b1-32k 2.7 % faster and b4-ragged 1.5 % slower: its long request's share of a budget of 66 chunks
-(4 per SM) is 43 chunks, against 54 of 82. Two candidates, for the 16-bit 4-warp class only (head dims up to 128, 2-byte
-caches, not MLA; the 8-warp and fp8 rows keep their measured raise):
+(4 per SM) is 43 chunks, against 54 of 82. The candidates, for the 16-bit 4-warp class only (head dims
+up to 128, 2-byte caches, not MLA; the 8-warp and fp8 rows keep their measured raise):
   - pps4_budget66: occupancy and budget both for 4 programs per SM;
-  - pps4_budget82: occupancy for 4, the budget (a ragged request's share) for the rule's 5.
-A count of 1 keeps the rule's raise, at 4 per SM: at 32/8/128 batch 48 that is 4 chunks where the shipped
-rule keeps 1, and session 27's sweep timed 4 there 8-15 % slower (docs/gpu-runs/2026-12-05-h200-s30: why
-no candidate is shipped yet; sweep batch 36-60 before one is).
+  - pps4_budget82: occupancy for 4, the budget (a ragged request's share) for the rule's 5;
+  - pps4_budget66_shipped_below2: pps4_budget66 where 4 per SM give 2 chunks or more, the shipped
+    counts from batch 40 on.
+The first two keep the rule's raise of a count of 1, at 4 per SM: at 32/8/128 batch 48 that is 4 chunks
+where the shipped rule keeps 1, and session 27's sweep timed 4 there 8-15 % slower
+(docs/gpu-runs/2026-12-05-h200-s30: why no candidate is shipped yet; sweep batch 36-60 before one is).
 """
 from __future__ import annotations
 
