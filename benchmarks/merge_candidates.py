@@ -106,7 +106,7 @@ def pps4_budget82_merge_in_stage1_upto8():
 
 
 def pps4_budget66_shipped_below2_merge_in_stage1_upto8():
-    """rule_candidates.pps4_budget66_shipped_below2's counts (the shipped rule's below 2 chunks at
-    4 per SM), stage 1 merging up to 8."""
+    """rule_candidates.pps4_budget66_shipped_below2's counts (4 per SM where that gives 2 chunks or
+    more, the 5-per-SM counts below it), stage 1 merging up to 8."""
     from decode_conformance_kernels import split_rule
     return FourPerSmMergeInStage1(up_to=8, below_two_programs_per_sm=split_rule.PROGRAMS_PER_SM)
