@@ -23,7 +23,7 @@ def missing_module(spec: str) -> Optional[str]:
     """Why `spec` cannot name a kernel, when that shows without importing it: no ':' or a
     top-level package that is not installed. None when it may well import."""
     if ":" not in spec:
-        return f"kernel spec {spec!r}: expected 'package.module:object'"
+        return f"kernel spec {spec!r}: expected 'package.module:object', or a kernel name --list-kernels prints"
     module = spec.split(":", 1)[0]
     top = module.split(".")[0]
     if not top:
@@ -70,9 +70,26 @@ def shipped_specs() -> list[str]:
     return [v for v in entry_point_specs().values() if v.startswith(SHIPPED_PACKAGE + ".")]
 
 
+def bare_name_spec(name: str, registered: dict[str, str]) -> str:
+    """The spec a bare kernel name stands for: a registered kernel's (entry points, e.g. `lean`), or
+    one of the shipped registry's opt-in kernels and adapters (`sglang_decode`: what --list-kernels
+    lists beside the registered ones); else the name itself, which the spec checks then reject."""
+    if name in registered:
+        return registered[name]
+    try:  # the registry's factories import nothing at module level (no torch, no Triton)
+        registry = importlib.import_module(f"{SHIPPED_PACKAGE}.registry")
+    except ImportError:
+        return name
+    opt_in = {spec.split(":", 1)[1] for spec in OPT_IN_SPECS}
+    if name in opt_in or name in getattr(registry, "ADAPTERS", ()):
+        return f"{SHIPPED_PACKAGE}.registry:{name}"
+    return name
+
+
 def kernel_specs(cli: Iterable[str] = (), env: Optional[str] = None) -> list[str]:
     """Which kernels to test: command line, then environment variable, then every registered
-    kernel (entry points). A registered name (e.g. `lean`) is accepted wherever a spec is."""
+    kernel (entry points). A kernel name --list-kernels prints (e.g. `lean`, `sglang_decode`) is
+    accepted wherever a spec is (`bare_name_spec`)."""
     specs = [s for s in cli if s]
     if not specs:
         env = os.environ.get(ENV_VAR, "") if env is None else env
@@ -82,7 +99,7 @@ def kernel_specs(cli: Iterable[str] = (), env: Optional[str] = None) -> list[str
         specs = list(eps.values())
     out = []
     for s in specs:
-        s = eps.get(s, s) if ":" not in s else s
+        s = bare_name_spec(s, eps) if ":" not in s else s
         if s not in out:
             out.append(s)
     return out

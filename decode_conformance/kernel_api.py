@@ -285,7 +285,8 @@ def _trimmed(e: BaseException, user_frames_only: bool = False) -> str:
 def load_kernel(spec: str) -> DecodeKernel:
     """Import `pkg.module:attr` and resolve it (`resolve_kernel`)."""
     if ":" not in spec:
-        raise KernelLoadError(f"kernel spec {spec!r}: expected 'package.module:object'")
+        raise KernelLoadError(f"kernel spec {spec!r}: expected 'package.module:object', or a kernel name "
+                              "--list-kernels prints")
     mod_name, attr = spec.split(":", 1)
     try:
         mod = importlib.import_module(mod_name)

@@ -21,11 +21,23 @@ def _usage(*args, **kw):
     ("no_such_package.mod:k", "cannot import no_such_package.mod"),
     ("decode_conformance_kernels.registry:nope", "has no attribute 'nope'"),
     ("decode_conformance.cases:DTYPES", "names a dict, not a kernel"),
-    ("decode_conformance_kernels", "expected 'package.module:object'"),
+    ("decode_conformance_kernels", "expected 'package.module:object', or a kernel name --list-kernels prints"),
 ])
 def test_bad_kernel_spec(spec, expected):
     out = _usage(f"--kernel={spec}", "-n", "2")
     assert expected in out and out.count(expected) == 1, out[-2000:]  # once, not per worker or per case
+
+
+def test_a_listed_kernel_name_is_a_spec():
+    """A name --list-kernels prints is accepted bare: a registered kernel's (entry points) and an
+    adapter's or opt-in kernel's of the shipped registry, which no default run includes; an unknown
+    bare name is still the usage error above."""
+    from decode_conformance.discovery import kernel_specs
+    assert kernel_specs(["lean", "sglang_decode", "adaptive_split_graph"], env="") == [
+        "decode_conformance_kernels.registry:lean", "decode_conformance_kernels.registry:sglang_decode",
+        "decode_conformance_kernels.registry:adaptive_split_graph"]
+    assert kernel_specs(["no_such_kernel"], env="") == ["no_such_kernel"]
+    assert "decode_conformance_kernels.registry:sglang_decode" not in kernel_specs(env="")  # not in a default run
 
 
 def test_kernel_may_be_a_class_a_factory_or_an_instance():
