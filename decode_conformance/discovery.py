@@ -70,20 +70,23 @@ def shipped_specs() -> list[str]:
     return [v for v in entry_point_specs().values() if v.startswith(SHIPPED_PACKAGE + ".")]
 
 
-def bare_name_spec(name: str, registered: dict[str, str]) -> str:
-    """The spec a bare kernel name stands for: a registered kernel's (entry points, e.g. `lean`), or
-    one of the shipped registry's opt-in kernels and adapters (`sglang_decode`: what --list-kernels
-    lists beside the registered ones); else the name itself, which the spec checks then reject."""
-    if name in registered:
-        return registered[name]
+def listed_opt_in_specs() -> list[str]:
+    """The shipped registry's kernels in no default run that --list-kernels lists: the opt-in
+    configurations and the adapters of other libraries."""
     try:  # the registry's factories import nothing at module level (no torch, no Triton)
         registry = importlib.import_module(f"{SHIPPED_PACKAGE}.registry")
     except ImportError:
-        return name
-    opt_in = {spec.split(":", 1)[1] for spec in OPT_IN_SPECS}
-    if name in opt_in or name in getattr(registry, "ADAPTERS", ()):
-        return f"{SHIPPED_PACKAGE}.registry:{name}"
-    return name
+        return list(OPT_IN_SPECS)
+    return list(OPT_IN_SPECS) + [f"{SHIPPED_PACKAGE}.registry:{a}" for a in getattr(registry, "ADAPTERS", ())]
+
+
+def bare_name_spec(name: str, registered: dict[str, str]) -> str:
+    """The spec a bare kernel name stands for: a registered kernel's (entry points, e.g. `lean`), or
+    one of `listed_opt_in_specs` (`sglang_decode`); else the name itself, which the spec checks
+    then reject."""
+    if name in registered:
+        return registered[name]
+    return next((s for s in listed_opt_in_specs() if s.split(":", 1)[1] == name), name)
 
 
 def kernel_specs(cli: Iterable[str] = (), env: Optional[str] = None) -> list[str]:

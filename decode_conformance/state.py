@@ -415,10 +415,8 @@ def list_kernels(config) -> int:
     bad = 0
     specs = kernel_specs(config.getoption("--kernel"))
     if not config.getoption("--kernel"):  # the opt-in kernels and adapters too: whether each library is present
-        from decode_conformance_kernels.registry import ADAPTERS
-        from .discovery import OPT_IN_SPECS
-        opt_in = list(OPT_IN_SPECS) + [f"decode_conformance_kernels.registry:{a}" for a in ADAPTERS]
-        specs += [s for s in opt_in if s not in specs]
+        from .discovery import listed_opt_in_specs
+        specs += [s for s in listed_opt_in_specs() if s not in specs]
     for spec in specs:
         try:
             k = load_kernel(spec)
