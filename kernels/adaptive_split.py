@@ -18,6 +18,9 @@ elements); a batch with fewer rows than SMs cuts the columns into slices
 is not launched. On NVIDIA sm_90+ stage 2 is a programmatic
 dependent launch: its programs wait on the SMs for stage 1 to finish (`tc.wait_for_primary`)
 instead of being launched after it.
+Stage 1's own merge (`merge_counters`): the last program of a (request, head tile) to finish
+merges the tile's partials and stage 2 is not launched. The adapter's plans use it in the 16-bit
+4-warp row at up to STAGE1_MERGE_UP_TO programs per request (`stage1_merge_up_to`).
 
 Usable outside the suite through `decode_attention_adaptive(...)`; adapter `AdaptiveSplitKernel`.
 """
@@ -241,9 +244,10 @@ def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None,
     tiles = tc.head_tiling(num_q_heads, num_kv_heads)["kv_head_tiles"]
     sms = num_sms if num_sms is not None else split_rule.num_sms(device)
     pps, rule_cap = split_rule.launch_shape(head_dim, mla, kv_bytes, fp8_mma)
+    split_pps = split_rule.split_programs_per_sm(head_dim, mla, kv_bytes)
     cap = max_splits or rule_cap
-    return (split_rule.grid_splits(batch, tiles, sms, cap, pps),
-            split_rule.occupancy_splits(batch, tiles, sms, cap, pps))
+    return (split_rule.grid_splits(batch, tiles, sms, cap, pps, split_pps),
+            split_rule.occupancy_splits(batch, tiles, sms, cap, pps, split_pps))
 
 
 workspace_shapes = tc.partial_shapes
@@ -256,6 +260,21 @@ workspace_shapes = tc.partial_shapes
 # variant's registers at 2048 on triton 3.6 and 3.9 (96 and 94: 5 programs per SM); at 4096 it
 # took 114 on 3.9 (and 146 as one [heads, partials, Dv] load), 4 programs per SM.
 STAGE1_MERGE_ELEMS = 2048
+
+
+# The adapter's plans (AdaptiveSplitKernel) have stage 1 merge where it launches at most this many
+# programs per request, in the 16-bit 4-warp row (`split_rule.split_programs_per_sm`), where it was
+# timed: H200, one process (docs/gpu-runs/2026-12-05-h200-s30, s30-2), with that row's counts, 32/8/128
+# b32-8k (2 chunks) 251.1 us against 256.5 for the same counts' two stages (-2.1 %). 8 is two rounds
+# of 4-partial loads at 32/8/128; merging up to 24 (b4-32k's 16 chunks too) cost b4-32k 2 % (s30-1).
+# Elsewhere (the fp8, 8-warp and MLA rows: not timed) the two stages run as before.
+STAGE1_MERGE_UP_TO = 8
+
+
+def stage1_merge_up_to(head_dim: int, mla: bool, kv_bytes: int) -> Optional[int]:
+    """The most stage-1 programs per request at which a plan has stage 1 merge (STAGE1_MERGE_UP_TO
+    in the 16-bit 4-warp row), or None: no merge in stage 1."""
+    return STAGE1_MERGE_UP_TO if split_rule.split_programs_per_sm(head_dim, mla, kv_bytes) else None
 
 
 def stage1_merge_splits(merge_heads: int, block_dv: int) -> int:
@@ -464,10 +483,16 @@ class AdaptiveSplitKernel:
                            **self.launch_options(batch))
 
     def launch_options(self, batch) -> dict:
-        """More keyword arguments of `decode_attention_adaptive` for this batch's launches (none
-        here): a subclass times another launch option through the same plan, its scratch taken
-        from `batch.workspace`."""
-        return {}
+        """More keyword arguments of `decode_attention_adaptive` for this batch's launches: stage
+        1's merge where `stage1_merge_up_to` has it (its counters zeroed scratch of the batch's
+        workspace, which every launch leaves zero). A subclass times another launch option through
+        the same plan, its scratch taken from `batch.workspace`."""
+        up_to = stage1_merge_up_to(batch.head_dim, batch.v_from_k, batch.k_cache.element_size())
+        if up_to is None:
+            return {}
+        shape = merge_counter_shape(batch.batch_size, batch.num_q_heads, batch.num_kv_heads)
+        counters = batch.workspace.alloc("adaptive_split.merge_counters", shape, torch.int32, fill=0)
+        return dict(merge_counters=counters, merge_in_stage1_up_to=up_to)
 
 
 class AdaptiveSplitFp8MmaKernel(AdaptiveSplitKernel):

@@ -7,7 +7,8 @@ count is the smaller of
   - a length-based count: chunks of at least MIN_CHUNK keys, and
   - an occupancy count: about `programs_per_sm` programs per SM over batch x KV-head tiles,
     capped at the split cap (both from `launch_shape`), raised to fill whole waves when one
-    wave would be left part empty (`occupancy_splits`);
+    wave would be left part empty (`occupancy_splits`); in the 16-bit 4-warp row, the count
+    for one program per SM fewer than it holds, not raised (`split_programs_per_sm`);
 and every chunk is a whole number of key blocks. The PR's worked example: on a 132-SM H100,
 Qwen3.6's full-attention shape 16/2/256 (2 KV-head tiles) at batch 1, a 32k request takes
 64 chunks of 512 keys (occupancy 2*132 // 2 = 132, capped at 64; 32768 // 128 = 256 by length).
@@ -61,6 +62,17 @@ import os
 #   being the one-chunk case below. Not the fp8-MMA tier (fp8 x fp8 dots, `fp8_mma`): sized for 3,
 #   its b4-32k ran 147.1 us against 136.3 for 5 (s22-1, the perf guard).
 PROGRAMS_PER_SM = 5
+# The chunk counts of that 4-warp 16-bit row aim at 4 programs per SM, one fewer than an SM holds: on
+# the kernels of 2026-12-04 (stage 2 sized for the planned counts), the chunks sweep found the floor
+# count for 4 per SM, not raised, the fastest 64-key count at every 32/8/128 cell of batch 8 to 32
+# (8, 4, 2, 2 chunks against 10, 5, 10, 5: 0.1-8.4 % faster; docs/gpu-runs/2026-12-04-h200-s27),
+# and A/B in one process a batch of one (82 -> 66 chunks) ran 1.0-2.7 % faster, batch 4 1.8-2.0 %.
+# Where 4 per SM give one chunk and 5 give two or more (32/8/128 batch 34-41) the count for 5, not
+# raised; one chunk keeps its treatment (`occupancy_splits`: batch 48 and 64 stay at 1, which the
+# sweep timed 8-15 % faster than the 4 chunks a raise at 4 per SM plans). The cost: a ragged batch's
+# long requests share a budget of 66 chunks, not 82 (b4-ragged 1.5-1.9 % slower in that A/B).
+# Not the 8-warp, fp8 and MLA rows: their counts (and the raise) are the measured ones below.
+SPLIT_PROGRAMS_PER_SM = 4
 FP8_PROGRAMS_PER_SM = 3
 WIDE_PROGRAMS_PER_SM = 2
 WIDE_HEAD_DIM = 128  # head dims above this launch 8-warp programs
@@ -127,6 +139,15 @@ def launch_shape(head_dim: int, mla: bool, kv_bytes: int = 2, fp8_mma: bool = Fa
     return (FP8_PROGRAMS_PER_SM if kv_bytes == 1 and not fp8_mma else PROGRAMS_PER_SM), MAX_SPLITS
 
 
+def split_programs_per_sm(head_dim: int, mla: bool, kv_bytes: int = 2) -> int | None:
+    """Programs per SM the chunk counts aim at where that is fewer than `launch_shape`'s (the
+    4-warp row on a 16-bit cache: SPLIT_PROGRAMS_PER_SM); None elsewhere (the counts aim at
+    what an SM holds)."""
+    if mla or head_dim > WIDE_HEAD_DIM or kv_bytes != 2:
+        return None
+    return SPLIT_PROGRAMS_PER_SM
+
+
 # What one SM holds, for `resident_programs`: NVIDIA's per-SM limits of compute capability 9.0
 # (CUDA C++ Programming Guide, the technical specifications per compute capability: 64 K
 # registers, 228 KB of shared memory with 1 KB reserved per block, 2048 threads, 32 blocks) and
@@ -158,17 +179,24 @@ def wave_fill(programs: int, slots: int) -> float:
 
 
 def occupancy_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = MAX_SPLITS,
-                     programs_per_sm: int = PROGRAMS_PER_SM) -> int:
+                     programs_per_sm: int = PROGRAMS_PER_SM, split_programs_per_sm: int | None = None) -> int:
     """Chunks per request for a batch of equal requests, in [1, max_splits]: the count that puts
     about `programs_per_sm` stage-1 programs on every SM (floor(slots / (batch x tiles))), or,
     when that count (>= 2) leaves more than a tenth of its wave empty, the smallest count up to
     4x it whose waves are >= WAVE_FILL full (else the fullest of them). A count of 1 whose
-    programs fit one wave is raised only to a count of 3 or 4 that fills >= WAVE_FILL."""
+    programs fit one wave is raised only to a count of 3 or 4 that fills >= WAVE_FILL.
+    With `split_programs_per_sm` (fewer than `programs_per_sm`: `split_programs_per_sm()`'s row),
+    the floor count for that many programs per SM where it is 2 or more, else the floor count
+    for `programs_per_sm` where that is 2 or more, neither raised; a count of 1 as above."""
     if batch < 1 or kv_head_tiles < 1 or num_sms < 1 or max_splits < 1:
         raise ValueError(f"occupancy_splits: batch={batch}, kv_head_tiles={kv_head_tiles}, "
                          f"num_sms={num_sms}, max_splits={max_splits} must all be >= 1")
     slots, per_chunk = programs_per_sm * num_sms, batch * kv_head_tiles
     floor_count = max(1, min(max_splits, slots // per_chunk))
+    if split_programs_per_sm is not None:
+        aimed = max(1, min(max_splits, split_programs_per_sm * num_sms // per_chunk))
+        if aimed >= 2 or floor_count >= 2:
+            return aimed if aimed >= 2 else floor_count
     if floor_count < 2:
         # One chunk is the direct path (no stage 2, no partials), kept when its programs already
         # take a wave or more, or no few chunks fill one: e4m3 32/8/128 at 32 x 8k, 256 programs
@@ -188,13 +216,13 @@ def occupancy_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: i
 
 
 def grid_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = MAX_SPLITS,
-                programs_per_sm: int = PROGRAMS_PER_SM) -> int:
+                programs_per_sm: int = PROGRAMS_PER_SM, split_programs_per_sm: int | None = None) -> int:
     """The most chunks any request can take: the chunk budget of the whole grid (a batch of
     one's occupancy count), the stage-1 grid's split axis (fixed at CUDA-graph capture,
     whatever the lengths). `batch` is validated but does not change it."""
     if batch < 1:
         raise ValueError(f"grid_splits: batch={batch} must be >= 1")
-    return occupancy_splits(1, kv_head_tiles, num_sms, max_splits, programs_per_sm)
+    return occupancy_splits(1, kv_head_tiles, num_sms, max_splits, programs_per_sm, split_programs_per_sm)
 
 
 def request_cap(length: int, total: int, grid: int, occupancy: int) -> int:
@@ -223,16 +251,16 @@ def most_chunks(visible_lengths, total: int, grid: int, occupancy: int, min_chun
 
 def chunk_count(length: int, batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = MAX_SPLITS,
                 min_chunk: int = MIN_CHUNK, block: int = KEY_BLOCK, total: int | None = None,
-                programs_per_sm: int = PROGRAMS_PER_SM) -> int:
+                programs_per_sm: int = PROGRAMS_PER_SM, split_programs_per_sm: int | None = None) -> int:
     """The chunks a request of `length` visible keys takes at this batch / head tiling / SM
     count, in a batch whose lengths sum to `total` (default: a uniform batch, batch x length)."""
     return chunk_count_for_cap(length, _cap(length, batch, kv_head_tiles, num_sms, max_splits, total,
-                                            programs_per_sm), min_chunk, block)
+                                            programs_per_sm, split_programs_per_sm), min_chunk, block)
 
 
-def _cap(length, batch, tiles, sms, max_splits, total, pps=PROGRAMS_PER_SM) -> int:
-    grid = grid_splits(batch, tiles, sms, max_splits, pps)
-    occ = occupancy_splits(batch, tiles, sms, max_splits, pps)
+def _cap(length, batch, tiles, sms, max_splits, total, pps=PROGRAMS_PER_SM, split_pps=None) -> int:
+    grid = grid_splits(batch, tiles, sms, max_splits, pps, split_pps)
+    occ = occupancy_splits(batch, tiles, sms, max_splits, pps, split_pps)
     return request_cap(length, batch * length if total is None else total, grid, occ)
 
 
@@ -251,10 +279,11 @@ def chunk_ranges_for_cap(length: int, cap: int, min_chunk: int = MIN_CHUNK,
 def chunk_ranges(length: int, batch: int = 1, kv_head_tiles: int = 1, num_sms: int = DEFAULT_NUM_SMS,
                  max_splits: int = MAX_SPLITS, min_chunk: int = MIN_CHUNK,
                  block: int = KEY_BLOCK, total: int | None = None,
-                 programs_per_sm: int = PROGRAMS_PER_SM) -> list[tuple[int, int]]:
+                 programs_per_sm: int = PROGRAMS_PER_SM,
+                 split_programs_per_sm: int | None = None) -> list[tuple[int, int]]:
     """The [start, end) key ranges of a request's chunks, in order; [] for an empty request."""
     return chunk_ranges_for_cap(length, _cap(length, batch, kv_head_tiles, num_sms, max_splits, total,
-                                             programs_per_sm), min_chunk, block)
+                                             programs_per_sm, split_programs_per_sm), min_chunk, block)
 
 
 def chunk_length(length: int, n: int, block: int = KEY_BLOCK) -> int:

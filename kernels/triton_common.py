@@ -10,6 +10,8 @@ Device side (@triton.jit, called from the kernels' own stage-1/stage-2 programs)
   merge_partials   stage 2: merge `count` partials, SPLIT_TILE of them per step
   finalize_rows    sinks + zero-length rows + normalisation, for stage 2 and the direct path
   stage2_row       merge_partials + finalize_rows + store of out / lse (one column slice)
+  merge_tile_partials / merge_if_last   stage 1's own merge: the last program of a (request, head
+                   tile) to finish, found by a ticket on its counter, merges the tile's partials
   allow_dependents / wait_for_primary   programmatic dependent launch of stage 2 (sm_90+)
 
 Host side (plain python): launch configs, fp8 operands; GQA head tiling, cache addressing and the

@@ -146,6 +146,48 @@ def test_occupancy_fills_whole_waves(batch, tiles, pps, cap, count):
     assert sr.occupancy_splits(batch, tiles, 132, cap, pps) == count
 
 
+# The 16-bit 4-warp row (32/8/128: 8 KV-head tiles, 132 SMs), as `adaptive_split.plan_splits` plans it:
+# (batch, occupancy count). The arithmetic: 4 x 132 = 528 aimed slots, 5 x 132 = 660 held.
+#   batch 1-33: floor(528 / (batch x 8)), not raised: 66 (the budget), 16, 8, 4, 2, 2 (the counts the
+#     s27 chunks sweep found fastest at batch 8-32: 8, 4, 2, 2);
+#   batch 34-41: 528 // (batch x 8) = 1, 660 // (batch x 8) = 2: 2, not raised (raised, 34 took 7);
+#   batch 42 on: one chunk at 5 per SM, raised only to 3 or 4 that fill >= 90 % of 660-slot waves:
+#     48: 384 programs, 3 chunks fill 87 %: 1; 52: 3 (1248 / 1320); 56: 4 (1792 / 1980); 64: 1.
+ROW_32x8x128 = [(1, 66), (4, 16), (8, 8), (16, 4), (24, 2), (32, 2), (33, 2), (34, 2), (40, 2), (41, 2), (42, 1),
+                (48, 1), (52, 3), (56, 4), (64, 1), (80, 1)]
+
+
+@pytest.mark.parametrize("batch,occupancy", ROW_32x8x128)
+def test_the_16bit_4warp_row_aims_at_4_programs_per_sm(batch, occupancy):
+    from decode_conformance_kernels.adaptive_split import plan_splits
+    assert plan_splits(batch, 32, 8, num_sms=132, head_dim=128, kv_bytes=2) == (66, occupancy)
+    assert sr.split_programs_per_sm(128, mla=False, kv_bytes=2) == sr.SPLIT_PROGRAMS_PER_SM == 4
+
+
+# The other rows keep the counts for what an SM holds, raised to fill waves (their measured rule).
+@pytest.mark.parametrize("hq,hkv,d,mla,kv_bytes,fp8_mma", [(16, 2, 256, False, 2, False), (32, 8, 128, False, 1, False),
+                                                         (32, 8, 128, False, 1, True), (128, 1, 576, True, 2, False),
+                                                         (16, 2, 256, False, 1, False)],
+                         ids=["8-warp", "fp8", "fp8-mma", "mla", "fp8-8-warp"])
+def test_other_rows_keep_the_raised_counts(hq, hkv, d, mla, kv_bytes, fp8_mma):
+    from decode_conformance_kernels import triton_common as tc
+    from decode_conformance_kernels.adaptive_split import plan_splits
+    assert sr.split_programs_per_sm(d, mla, kv_bytes) is None
+    tiles = tc.head_tiling(hq, hkv)["kv_head_tiles"]
+    pps, cap = sr.launch_shape(d, mla, kv_bytes, fp8_mma)
+    for batch in (1, 4, 8, 24, 32, 48, 64):
+        want = (sr.grid_splits(batch, tiles, 132, cap, pps), sr.occupancy_splits(batch, tiles, 132, cap, pps))
+        assert plan_splits(batch, hq, hkv, num_sms=132, head_dim=d, mla=mla, kv_bytes=kv_bytes,
+                           fp8_mma=fp8_mma) == want, batch
+
+
+def test_a_cap_bounds_the_aimed_count():
+    """max_splits caps the 4-per-SM count as it caps the others: 528 // 8 = 66 -> 7; at batch 34 the
+    5-per-SM fallback's 2 under a cap of 1 -> 1."""
+    assert sr.occupancy_splits(1, 8, 132, 7, 5, 4) == sr.grid_splits(1, 8, 132, 7, 5, 4) == 7
+    assert sr.occupancy_splits(34, 8, 132, 1, 5, 4) == 1
+
+
 def test_constants_are_the_h200s():
     # H200-measured (FlashML PR #729: 2 per SM, 64 splits); test_upstream_example_is_uniform shows
     # the PR's constants still give its worked example
@@ -190,23 +232,29 @@ def _random_length(rng):
     return rng.randint(300_000, 4_000_000)
 
 
-def _grid(n=2000, seed=20261130):
+def _grid(n=2000, seed=20261130, split=None):
     rng = random.Random(seed)
     for _ in range(n):
         yield dict(length=_random_length(rng), batch=rng.choice((1, 2, 3, 4, 8, 16, 32, 64, 256)),
                    tiles=rng.choice((1, 2, 4, 8, 16, 32, 64)), sms=rng.choice(SMS), cap=rng.choice(CAPS),
-                   block=rng.choice(BLOCKS), min_chunk=rng.choice(MIN_CHUNKS))
+                   block=rng.choice(BLOCKS), min_chunk=rng.choice(MIN_CHUNKS), split=split)
 
 
 def _count(p, length=None):
     return sr.chunk_count(p["length"] if length is None else length, p["batch"], p["tiles"], p["sms"],
-                          max_splits=p["cap"], min_chunk=p["min_chunk"], block=p["block"])
+                          max_splits=p["cap"], min_chunk=p["min_chunk"], block=p["block"],
+                          split_programs_per_sm=p["split"])
 
 
-def test_count_bounds():
-    for p in _grid():
+# every property holds for the counts aimed at what an SM holds and for the 16-bit 4-warp row's
+ROWS = pytest.mark.parametrize("split", [None, sr.SPLIT_PROGRAMS_PER_SM], ids=["held", "aimed"])
+
+
+@ROWS
+def test_count_bounds(split):
+    for p in _grid(split=split):
         n = _count(p)
-        grid = sr.grid_splits(p["batch"], p["tiles"], p["sms"], max_splits=p["cap"])
+        grid = sr.grid_splits(p["batch"], p["tiles"], p["sms"], max_splits=p["cap"], split_programs_per_sm=split)
         assert 1 <= grid <= p["cap"], p
         # a uniform batch: at most 4 waves of PROGRAMS_PER_SM programs per SM (the wave-filling count
         # stops at 4x the one-wave count), or one chunk per request
@@ -219,8 +267,9 @@ def test_count_bounds():
             assert n == 1 or p["length"] >= n * p["min_chunk"], p
 
 
-def test_count_non_decreasing_in_length():
-    for p in _grid(600, seed=7):
+@ROWS
+def test_count_non_decreasing_in_length(split):
+    for p in _grid(600, seed=7, split=split):
         L = p["length"]
         for step in (1, 2, p["block"] - 1, p["block"], p["block"] + 1, p["min_chunk"], 1000, 37_000):
             assert _count(p, L) <= _count(p, L + step), (p, step)
@@ -229,16 +278,18 @@ def test_count_non_decreasing_in_length():
                                               (3, 5, 108, 128, 16, 32), (1, 2, 132, 64, 128, 512)):
         prev = 0
         for L in range(0, 40_000):
-            n = sr.chunk_count(L, batch, tiles, sms, max_splits=cap, min_chunk=mc, block=block)
+            n = sr.chunk_count(L, batch, tiles, sms, max_splits=cap, min_chunk=mc, block=block,
+                               split_programs_per_sm=split)
             assert n >= prev, (L, batch, tiles, sms, cap, block, mc)
             prev = n
 
 
-def test_ranges_partition_the_request():
-    for p in _grid():
+@ROWS
+def test_ranges_partition_the_request(split):
+    for p in _grid(split=split):
         L, block = p["length"], p["block"]
         ranges = sr.chunk_ranges(L, p["batch"], p["tiles"], p["sms"], max_splits=p["cap"],
-                                 min_chunk=p["min_chunk"], block=block)
+                                 min_chunk=p["min_chunk"], block=block, split_programs_per_sm=split)
         n = _count(p)
         assert len(ranges) == n, p
         if L == 0:

@@ -23,10 +23,11 @@ from decode_conformance.runner import build_checked, run_prepared  # noqa: E402
 CASE = Case(kv_dtype="bf16", num_q_heads=4, num_kv_heads=2, head_dim=64, seq_lens=(640, 640, 640, 640),
             page_size=16, seed=11)
 SHAPE = (CASE.num_q_heads, CASE.num_kv_heads, CASE.head_dim)
-# 4 SMs x 5 programs = 20 slots. The rule runs 5 chunks here (40 programs, two full waves), but
-# under a budget capped at 3 its occupancy count is 2 (16 of 20 slots; 3 chunks would fill 24 of
-# 40), so the capped budget launches 2 chunks. The SM count of every launch on the CPU (the
-# environment variable), so a forced count that fell back on the rule would show there.
+# 4 SMs: 16 programs aimed at (the 16-bit 4-warp row: 4 per SM), 20 held. The rule runs
+# floor(16 / 8) = 2 chunks here; a budget capped at 3 runs 2 as well (3 chunks would take 24
+# programs), so a capped budget launches 2 chunks where a sweep's label would say 3. The SM count of
+# every launch on the CPU (the environment variable), so a forced count that fell back on the rule
+# would show there.
 SMALL_GPU = 4
 
 

@@ -21,7 +21,7 @@ def _candidates():
 
 def _run(kernel, adaptive_split, device):
     """(result, stage-2 launches, the counters after the launch) of `kernel` on CASE: 4 requests
-    of 640 keys, 5 chunks each on the 4-SM fixture (`test_chunk_sweep`)."""
+    of 640 keys, 2 chunks each on the 4-SM fixture (`test_chunk_sweep`)."""
     launches = []
     stage2 = adaptive_split._adaptive_stage2
 
@@ -40,9 +40,7 @@ def _run(kernel, adaptive_split, device):
     return res, launches, None if counters is None else counters.tolist()
 
 
-@pytest.mark.parametrize("factory", ["merge_in_stage1_always", "merge_in_stage1_upto8", "merge_in_stage1_upto24",
-                                     "pps4_budget66_merge_in_stage1_upto24", "pps4_budget66_merge_in_stage1_upto8",
-                                     "pps4_budget82_merge_in_stage1_upto8", "pps4_budget66_shipped_below2_merge_in_stage1_upto8"])
+@pytest.mark.parametrize("factory", ["merge_in_stage1_always", "merge_in_stage1_upto24"])
 def test_candidate_merges_in_stage1_and_passes_the_judge(factory):
     mc, adaptive_split, device = _candidates()
     kernel = getattr(mc, factory)()
@@ -53,27 +51,36 @@ def test_candidate_merges_in_stage1_and_passes_the_judge(factory):
     assert counters == [[0, 0]] * 4, f"{kernel.name} left its counters at {counters}"
 
 
-def test_the_shipped_kernel_still_launches_stage2():
-    """The control: the same runner and case, the shipped plan, one stage-2 launch, no counters."""
+def test_the_shipped_plan_merges_in_stage1_in_its_row():
+    """The shipped plan on CASE (bf16, head dim 64: the 16-bit 4-warp row; 2 chunks per request, at
+    most STAGE1_MERGE_UP_TO): stage 1 merges, no stage-2 launch, its counters left at 0."""
     _, adaptive_split, device = _candidates()
     res, launches, counters = _run(adaptive_split.AdaptiveSplitKernel(num_sms=SMALL_GPU), adaptive_split, device)
+    assert res.status == "passed", res.message
+    assert launches == [] and counters == [[0, 0]] * 4, (launches, counters)
+
+
+def test_the_previous_rule_launches_stage2():
+    """The control: the same runner and case, the rule before the merge (rule_candidates.previous_rule),
+    one stage-2 launch, no counters."""
+    _, adaptive_split, device = _candidates()
+    from benchmarks.rule_candidates import previous_rule
+    kernel = previous_rule()
+    kernel.num_sms = SMALL_GPU
+    res, launches, counters = _run(kernel, adaptive_split, device)
     assert res.status == "passed", res.message
     assert len(launches) == 1 and counters is None
 
 
 def test_up_to_keeps_stage2_above_its_count():
-    """`up_to` below the plan's 5 chunks per request: stage 2 merges, as in the shipped plan."""
+    """`up_to` below the plan's 2 chunks per request: stage 2 merges, the counters untouched."""
     mc, adaptive_split, device = _candidates()
-    res, launches, counters = _run(mc.MergeInStage1(up_to=4, num_sms=SMALL_GPU), adaptive_split, device)
+    res, launches, counters = _run(mc.MergeInStage1(up_to=1, num_sms=SMALL_GPU), adaptive_split, device)
     assert res.status == "passed", res.message
     assert len(launches) == 1 and counters == [[0, 0]] * 4
 
 
 def test_candidate_names_are_distinct():
     mc, _, _ = _candidates()
-    names = [f().name for f in (mc.merge_in_stage1_always, mc.merge_in_stage1_upto8, mc.merge_in_stage1_upto24,
-                                mc.pps4_budget66_merge_in_stage1_upto24, mc.pps4_budget66_merge_in_stage1_upto8,
-                                mc.pps4_budget82_merge_in_stage1_upto8, mc.pps4_budget66_shipped_below2_merge_in_stage1_upto8)]
-    assert names == ["adaptive_split_merge_in_stage1", "adaptive_split_merge_in_stage1_upto8", "adaptive_split_merge_in_stage1_upto24",
-                     "adaptive_pps4_budget4_merge_in_stage1_upto24", "adaptive_pps4_budget4_merge_in_stage1_upto8",
-                     "adaptive_pps4_budget5_merge_in_stage1_upto8", "adaptive_pps4_budget4_below2pps5_merge_in_stage1_upto8"]
+    names = [f().name for f in (mc.merge_in_stage1_always, mc.merge_in_stage1_upto24)]
+    assert names == ["adaptive_split_merge_in_stage1", "adaptive_split_merge_in_stage1_upto24"]

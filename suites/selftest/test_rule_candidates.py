@@ -1,6 +1,7 @@
-"""benchmarks/rule_candidates.py: the candidate rules plan the counts the chunks sweep found fastest,
-only in the class they are for, and the kernel runs them (counted from what the device wrote) with
-outputs the judge passes. Runs under Triton's CPU interpreter when there is no GPU."""
+"""benchmarks/rule_candidates.py: each candidate plans the counts it claims, only in the row it is
+for, and the kernel runs them (counted from what the device wrote) with outputs the judge passes.
+The expected counts are worked from the arithmetic in the comments, not read from the rule. Runs
+under Triton's CPU interpreter when there is no GPU."""
 import types
 
 import pytest
@@ -25,46 +26,36 @@ def _candidates():
     return rule_candidates
 
 
-# The s27 chunks sweep's fastest 64-key counts at 32/8/128 (docs/gpu-runs/2026-12-04-h200-s27):
-# batch 8: 8, 16: 4, 24: 2, 32: 2 - the occupancy count for 4 programs per SM without a raise. The
-# shipped rule's there: 10, 5, 10, 5 (raised to fill waves). Batch 40: one chunk's 320 programs fill
-# 61 % of a 528-slot wave, so both raise it (the candidate to 3: 960 of 1056 slots).
-@pytest.mark.parametrize("b, occupancy, rule_occupancy", [(8, 8, 10), (16, 4, 5), (24, 2, 10), (32, 2, 5), (4, 16, 20),
-                                                          (40, 3, 2), (64, 1, 1)])
-def test_candidates_plan_the_sweeps_fastest_counts_at_32x8x128(b, occupancy, rule_occupancy):
+# 32/8/128 (8 KV-head tiles) on 132 SMs: (batch, previous_rule's occupancy, resident_budget's). The previous
+# rule: floor(660 / (batch x 8)) raised to the first count up to 4x it that fills >= 90 % of its 660-slot
+# waves (batch 8: 10, 640 of 660; 16: 5; 24: 3 fills 87 %, 10 fills 1920 / 1980; 32: 2 fills 78 %, 5 fills
+# 1280 / 1320; 4: 20; 40: 2, 640 / 660; 48 and 64: one chunk, no 3 or 4 fills 90 %). resident_budget:
+# the shipped row's counts, floor(528 / (batch x 8)) from 2 up (16, 8, 4, 2, 2), else floor(660 / ...)
+# (40: 2), else one chunk's treatment (48 and 64: 1). Budgets: 660 // 8 = 82 for both.
+@pytest.mark.parametrize("b, previous, resident", [(4, 20, 16), (8, 10, 8), (16, 5, 4), (24, 10, 2), (32, 5, 2),
+                                                   (40, 2, 2), (48, 1, 1), (64, 1, 1)])
+def test_candidates_plan_their_counts_at_32x8x128(b, previous, resident):
     rc = _candidates()
-    from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
-    for make, budget in ((rc.pps4_budget66, 66), (rc.pps4_budget82, 82)):
+    for make, occupancy in ((rc.previous_rule, previous), (rc.resident_budget, resident)):
         candidate = make()
         candidate.num_sms = H200_SMS
-        assert candidate.chunk_budget(_batch(b)) == (budget, occupancy), candidate.name
-    assert AdaptiveSplitKernel(num_sms=H200_SMS).chunk_budget(_batch(b)) == (82, rule_occupancy)
-
-
-# pps4_budget66_shipped_below2: the 4-per-SM count where it is 2 or more (batch <= 33), the 5-per-SM count
-# without a raise from 2 (batch 34-41; the shipped rule raises 34 to 7), the shipped rule's where that is 1
-# (s27's sweep: at batch 48 the shipped 1 chunk beat 4 by 8-15 %, which the other candidates plan).
-@pytest.mark.parametrize("b, occupancy", [(4, 16), (8, 8), (16, 4), (24, 2), (32, 2), (33, 2), (34, 2), (40, 2),
-                                          (48, 1), (52, 3), (56, 4), (64, 1)])
-def test_shipped_below2_candidate_counts_at_32x8x128(b, occupancy):
-    rc = _candidates()
-    from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
-    candidate = rc.pps4_budget66_shipped_below2()
-    candidate.num_sms = H200_SMS
-    assert candidate.chunk_budget(_batch(b)) == (66, occupancy)
-    shipped = AdaptiveSplitKernel(num_sms=H200_SMS).chunk_budget(_batch(b))[1]
-    assert (shipped == occupancy) == (b >= 40), (b, shipped)  # the shipped counts from batch 40 on
-    assert candidate.name == "adaptive_pps4_budget4_below2pps5" != rc.pps4_budget66().name
+        assert candidate.chunk_budget(_batch(b)) == (82, occupancy), candidate.name
+    previous = rc.previous_rule()
+    previous.num_sms = H200_SMS
+    assert previous.chunk_budget(_batch(1)) == (82, 82)  # a batch of one: the whole budget
 
 
 @pytest.mark.parametrize("batch", [_batch(32, 16, 2, 256), _batch(32, kv_bytes=1), _batch(8, 128, 1, 576, mla=True),
                                    _batch(8, mla=True)],
                          ids=["8-warp-16x2x256", "fp8-32x8x128", "mla", "v-from-k-d128"])
-def test_candidates_keep_the_shipped_rule_outside_their_class(batch):
+def test_candidates_keep_the_shipped_rule_outside_their_row(batch):
     rc = _candidates()
     from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
     rule = AdaptiveSplitKernel(num_sms=H200_SMS).chunk_budget(batch)
-    assert rc.FourPerSmRule(4, num_sms=H200_SMS).chunk_budget(batch) == rule
+    for make in (rc.previous_rule, rc.resident_budget):
+        candidate = make()
+        candidate.num_sms = H200_SMS
+        assert candidate.chunk_budget(batch) == rule, candidate.name
 
 
 @pytest.mark.parametrize("option", [dict(chunks=3), dict(max_splits=7), "batch.num_splits"])
@@ -77,19 +68,25 @@ def test_candidates_keep_a_fixed_or_capped_budget(option):
         batch.num_splits = 7
     else:
         kw.update(option)
-    assert rc.FourPerSmRule(4, **kw).chunk_budget(batch) == AdaptiveSplitKernel(**kw).chunk_budget(batch)
+    want = AdaptiveSplitKernel(**kw).chunk_budget(batch)
+    assert rc.RowRule("x", 5, None, **kw).chunk_budget(batch) == want
 
 
-def test_candidate_runs_its_counts_and_passes_the_judge():
-    """On a 4-SM machine (CASE: 4 requests x 2 KV-head tiles, 640 keys each): the rule raises its
-    occupancy count 2 (16 of 20 slots) to 5 chunks; the candidate keeps 2 (16 of 16 slots)."""
+def test_candidates_run_their_counts_and_pass_the_judge():
+    """On a 4-SM machine (CASE: 4 requests x 2 KV-head tiles, 640 keys each, head dim 64: the 16-bit
+    4-warp row): the previous rule raises its occupancy count 2 (16 of 20 slots) to 5 chunks; the
+    shipped rule keeps floor(16 / 8) = 2."""
     rc = _candidates()
     _, device = _sweep()
     from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
-    res, counts = _launch_and_count(AdaptiveSplitKernel(num_sms=SMALL_GPU), device)
-    assert res.status == "passed" and counts == [5], (res.message, counts)
-    candidate = rc.pps4_budget66()
-    candidate.num_sms = SMALL_GPU
-    res, counts = _launch_and_count(candidate, device)
-    assert res.status == "passed", res.message
-    assert counts == [2], f"the candidate planned 2 chunks per request; the device ran {counts}"
+    for kernel, want in ((rc.previous_rule(), [5]), (AdaptiveSplitKernel(), [2])):
+        kernel.num_sms = SMALL_GPU
+        res, counts = _launch_and_count(kernel, device)
+        assert res.status == "passed", (kernel.name, res.message)
+        assert counts == want, f"{kernel.name} planned {want} chunks per request; the device ran {counts}"
+
+
+def test_candidate_names_are_distinct():
+    rc = _candidates()
+    assert [rc.previous_rule().name, rc.resident_budget().name] == ["adaptive_previous_rule",
+                                                                   "adaptive_resident_budget"]
