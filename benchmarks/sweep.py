@@ -270,7 +270,7 @@ def planned_chunks(shape, lens, *, chunks=None, block_n=None, num_sms=None, max_
     `ForcedChunks(chunks)`. num_sms / max_smem default to this machine's GPU, else an H200's
     (132 SMs, 227 KiB per program)."""
     from decode_conformance_kernels import triton_common as tc
-    from decode_conformance_kernels.adaptive_split import plan_splits
+    from decode_conformance_kernels.adaptive_split import plan_splits, stage1_merge_splits, stage1_merge_up_to
     hq, hkv, d = shape[:3]
     sms = num_sms if num_sms is not None else split_rule.num_sms()
     if max_smem is None:
@@ -287,9 +287,14 @@ def planned_chunks(shape, lens, *, chunks=None, block_n=None, num_sms=None, max_
     counts = [split_rule.chunk_count_for_cap(L, split_rule.request_cap(L, total, S, occ), split_rule.MIN_CHUNK, bn)
               for L in lens]
     programs = len(lens) * tiles * max(counts)
+    # the plan's own merge (`stage1_merge_up_to`): stage 1 merges, where a tile's heads fit its loads
+    up_to = stage1_merge_up_to(d, False, 2)
+    heads = tc.next_pow2(tc.head_tiling(hq, hkv)["heads_per_tile"])
+    in_stage1 = (up_to is not None and 2 <= max(counts) <= up_to
+                 and stage1_merge_splits(heads, tc.next_pow2(d)) > 0)
     return dict(counts=sorted(set(counts)), block_n=bn, programs=programs,
                 fill=split_rule.wave_fill(programs, pps * sms) if bn == own_block else None,
-                stage2=max(counts) >= 2)
+                stage2=max(counts) >= 2 and not in_stage1, merge_in_stage1=in_stage1)
 
 
 def chunk_variants(shape, lens, **machine) -> dict:
@@ -349,12 +354,13 @@ def chunk_sweep(reps, tbs, quick=False, deadline=float("inf"), rounds=3, only=No
 def _plan_label(plan) -> str:
     counts = "/".join(map(str, plan["counts"]))
     fill = "" if plan["fill"] is None else f" {100 * plan['fill']:.0f}%"
-    return f"{counts}x{plan['block_n']}, {plan['programs']} programs{fill}" + ("" if plan["stage2"] else ", no-s2")
+    merge = ", s1-merge" if plan.get("merge_in_stage1") else ("" if plan["stage2"] else ", no-s2")
+    return f"{counts}x{plan['block_n']}, {plan['programs']} programs{fill}" + merge
 
 
 def chunk_dry_run(quick=False, only=None) -> str:
     """The chunks sweep's plan, without a GPU: per cell, each variant's chunk counts, key block,
-    stage-1 programs, wave fill and whether stage 2 runs."""
+    stage-1 programs, wave fill and whether stage 2 runs (or stage 1 merges)."""
     lines = ["| shape | batch | ctx | variants (counts x block, stage-1 programs, wave fill) |", "|---|---|---|---|"]
     for shape, bsz, ctx in chunk_cells(quick, only):
         vs = chunk_variants(shape, [ctx] * bsz)
@@ -376,7 +382,7 @@ def _md_chunks(rows, meta):
     out = _md_head("Chunk-count sweep", meta,
                    "uniform lengths, median us of the rounds' medians, variants interleaved. Each entry: us (against "
                    "the rule), chunk counts x key block, stage-1 programs and their wave fill (at the launch "
-                   "config's block); `no-s2`: no stage 2. "
+                   "config's block); `no-s2`: no stage 2; `s1-merge`: stage 1 merges (no stage 2). "
                    "WRONG: cosine to the rule's output <= 0.999.",
                    ["shape", "batch", "ctx", "floor", "rule", "other variants", "best"])
     for r in rows:

@@ -101,3 +101,15 @@ def test_only_resumes_a_cut_sweep_at_the_cells_named():
     assert 40 not in sweep.CHUNK_BATCHES
     assert {(s, b) for s, b, _ in sweep.chunk_cells(only=["32/8/128:40"])} == {((32, 8, 128), 40)}
     assert not any(b == 40 for _, b, _ in sweep.chunk_cells(only=["32/8/128"]))
+
+
+def test_label_says_where_stage1_merges():
+    """The rule's 2 chunks on CASE (bf16, head dim 64: the 16-bit 4-warp row) merge in stage 1, so the
+    label says no stage 2 runs (test_merge_candidates counts the launches); a 16/2/256 launch (8-warp
+    row) of 2 chunks keeps stage 2."""
+    sweep = importlib.import_module("benchmarks.sweep")
+    plan = sweep.planned_chunks(SHAPE, list(CASE.seq_lens), num_sms=SMALL_GPU, block_n=64)
+    assert plan["counts"] == [2] and plan["merge_in_stage1"] and not plan["stage2"], plan
+    assert "s1-merge" in sweep._plan_label(plan)
+    wide = sweep.planned_chunks((16, 2, 256), [640] * 4, chunks=2, num_sms=SMALL_GPU)
+    assert wide["stage2"] and not wide["merge_in_stage1"], wide
