@@ -247,10 +247,10 @@ def test_a_run_given_a_manifest_starts_the_pool_and_reports_it(tmp_path):
     _run(tmp_path, tmp_path / "cache-record", tmp_path / "log", 32)
     (tmp_path / "m.json").write_text(json.dumps(compile_ahead.build_manifest(tmp_path / "log", "sm_90")))
     root = pathlib.Path(__file__).resolve().parents[2]
-    case = "bf16-paged1-h6g3-d128-B2[300,17]-late-spike-s1029380271"
+    case = "bf16-paged1-h6g3-d128-B2[300,17]-late-spike-s1029380271"  # a parity case (the smoke set follows the kill map)
     env = {**_env(tmp_path, tmp_path / "cache"), "TRITON_INTERPRET": "1"}
     run = subprocess.run([sys.executable, "-m", "pytest", str(root / "suites/parity/test_parity.py"), "-p", "no:cacheprovider",
-                          "--case-set", "smoke", "--case-id", case, "--kernel", "decode_conformance_kernels.registry:torch_gather",
+                          "--case-set", "parity", "--case-id", case, "--kernel", "decode_conformance_kernels.registry:torch_gather",
                           "-n", "1", f"--compile-ahead={tmp_path / 'm.json'}", "--device", "cpu"],
                          env=env, cwd=root, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
