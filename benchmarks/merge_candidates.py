@@ -32,9 +32,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
-
-from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel, merge_counter_shape
+from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
 
 
 class MergeInStage1(AdaptiveSplitKernel):
@@ -48,9 +46,7 @@ class MergeInStage1(AdaptiveSplitKernel):
         self.name = f"{self.name}_merge_in_stage1" + (f"_upto{up_to}" if up_to else "")
 
     def launch_options(self, batch) -> dict:
-        shape = merge_counter_shape(batch.batch_size, batch.num_q_heads, batch.num_kv_heads)
-        counters = batch.workspace.alloc("adaptive_split.merge_counters", shape, torch.int32, fill=0)
-        return dict(merge_counters=counters, merge_in_stage1_up_to=self.up_to)
+        return self.merge_options(batch, self.up_to)
 
 
 def merge_in_stage1_always():

@@ -488,8 +488,12 @@ class AdaptiveSplitKernel:
         workspace, which every launch leaves zero). A subclass times another launch option through
         the same plan, its scratch taken from `batch.workspace`."""
         up_to = stage1_merge_up_to(batch.head_dim, batch.v_from_k, batch.k_cache.element_size())
-        if up_to is None:
-            return {}
+        return {} if up_to is None else self.merge_options(batch, up_to)
+
+    @staticmethod
+    def merge_options(batch, up_to: Optional[int]) -> dict:
+        """Stage 1's merge for this batch's launches, up to `up_to` programs per request (None: at
+        any count): its counters, zeroed scratch of the batch's workspace."""
         shape = merge_counter_shape(batch.batch_size, batch.num_q_heads, batch.num_kv_heads)
         counters = batch.workspace.alloc("adaptive_split.merge_counters", shape, torch.int32, fill=0)
         return dict(merge_counters=counters, merge_in_stage1_up_to=up_to)
