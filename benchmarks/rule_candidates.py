@@ -30,15 +30,13 @@ def in_row(batch) -> bool:
 
 
 class RowRule(AdaptiveSplitKernel):
-    """adaptive_split whose budget and occupancy count, in the 16-bit 4-warp row, are planned for
-    `budget_programs_per_sm` and `aim_programs_per_sm` (None: counts for what an SM holds, raised to
-    fill waves); `stage1_merge` False launches stage 2 at every count."""
+    """adaptive_split whose chunk budget, in the 16-bit 4-warp row, is sized for the programs an SM
+    holds (82 at 32/8/128), and whose occupancy count aims at `aim_programs_per_sm` (None: counts for
+    what an SM holds, raised to fill waves); `stage1_merge` False launches stage 2 at every count."""
 
-    def __init__(self, name: str, budget_programs_per_sm: int | None, aim_programs_per_sm: int | None,
-                 stage1_merge: bool = True, **kw):
+    def __init__(self, name: str, aim_programs_per_sm: int | None, stage1_merge: bool = True, **kw):
         super().__init__(**kw)
         self.name = name
-        self.budget_programs_per_sm = budget_programs_per_sm
         self.aim_programs_per_sm = aim_programs_per_sm
         self.stage1_merge = stage1_merge
 
@@ -48,8 +46,7 @@ class RowRule(AdaptiveSplitKernel):
         tiles = tc.head_tiling(batch.num_q_heads, batch.num_kv_heads)["kv_head_tiles"]
         sms = self.num_sms if self.num_sms is not None else split_rule.num_sms(batch.device)
         held, cap = split_rule.PROGRAMS_PER_SM, split_rule.MAX_SPLITS
-        budget_aim = None if self.budget_programs_per_sm == held else self.budget_programs_per_sm
-        budget = split_rule.grid_splits(batch.batch_size, tiles, sms, cap, held, budget_aim)
+        budget = split_rule.grid_splits(batch.batch_size, tiles, sms, cap, held)
         occupancy = split_rule.occupancy_splits(batch.batch_size, tiles, sms, cap, held, self.aim_programs_per_sm)
         return budget, min(occupancy, budget)
 
@@ -59,9 +56,9 @@ class RowRule(AdaptiveSplitKernel):
 
 def previous_rule():
     """Counts and budget for the 5 programs an SM holds, raised to fill waves; no stage-1 merge."""
-    return RowRule("adaptive_previous_rule", split_rule.PROGRAMS_PER_SM, None, stage1_merge=False)
+    return RowRule("adaptive_previous_rule", None, stage1_merge=False)
 
 
 def resident_budget():
     """The shipped counts (aimed at 4 per SM) and merge, the budget for the 5 an SM holds (82 at 32/8/128)."""
-    return RowRule("adaptive_resident_budget", split_rule.PROGRAMS_PER_SM, split_rule.SPLIT_PROGRAMS_PER_SM)
+    return RowRule("adaptive_resident_budget", split_rule.SPLIT_PROGRAMS_PER_SM)

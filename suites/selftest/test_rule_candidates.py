@@ -69,7 +69,7 @@ def test_candidates_keep_a_fixed_or_capped_budget(option):
     else:
         kw.update(option)
     want = AdaptiveSplitKernel(**kw).chunk_budget(batch)
-    assert rc.RowRule("x", 5, None, **kw).chunk_budget(batch) == want
+    assert rc.RowRule("x", None, **kw).chunk_budget(batch) == want
 
 
 def test_candidates_run_their_counts_and_pass_the_judge():
