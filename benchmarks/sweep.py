@@ -270,7 +270,7 @@ def planned_chunks(shape, lens, *, chunks=None, block_n=None, num_sms=None, max_
     `ForcedChunks(chunks)`. num_sms / max_smem default to this machine's GPU, else an H200's
     (132 SMs, 227 KiB per program)."""
     from decode_conformance_kernels import triton_common as tc
-    from decode_conformance_kernels.adaptive_split import plan_splits, stage1_merge_splits, stage1_merge_up_to
+    from decode_conformance_kernels.adaptive_split import plan_splits, stage1_merge_plan, stage1_merge_up_to
     hq, hkv, d = shape[:3]
     sms = num_sms if num_sms is not None else split_rule.num_sms()
     if max_smem is None:
@@ -287,11 +287,11 @@ def planned_chunks(shape, lens, *, chunks=None, block_n=None, num_sms=None, max_
     counts = [split_rule.chunk_count_for_cap(L, split_rule.request_cap(L, total, S, occ), split_rule.MIN_CHUNK, bn)
               for L in lens]
     programs = len(lens) * tiles * max(counts)
-    # the plan's own merge (`stage1_merge_up_to`): stage 1 merges, where a tile's heads fit its loads
+    # the adapter's plan passes merge counters where `stage1_merge_up_to` has a count; the kernel's
+    # own decision (`stage1_merge_plan`) says whether stage 1 merges at this launch's programs
     up_to = stage1_merge_up_to(d, False, 2)
     heads = tc.next_pow2(tc.head_tiling(hq, hkv)["heads_per_tile"])
-    in_stage1 = (up_to is not None and 2 <= max(counts) <= up_to
-                 and stage1_merge_splits(heads, tc.next_pow2(d)) > 0)
+    in_stage1 = up_to is not None and stage1_merge_plan(max(counts), up_to, heads, tc.next_pow2(d)) > 0
     return dict(counts=sorted(set(counts)), block_n=bn, programs=programs,
                 fill=split_rule.wave_fill(programs, pps * sms) if bn == own_block else None,
                 stage2=max(counts) >= 2 and not in_stage1, merge_in_stage1=in_stage1)

@@ -282,6 +282,15 @@ def stage1_merge_splits(merge_heads: int, block_dv: int) -> int:
     return min(tc.STAGE2_SMALL_TILE, STAGE1_MERGE_ELEMS // (merge_heads * block_dv))
 
 
+def stage1_merge_plan(programs: int, up_to: Optional[int], merge_heads: int, block_dv: int) -> int:
+    """Partials per head in one of stage 1's merge loads for a launch with merge counters and
+    `programs` stage-1 programs per request (`merge_in_stage1_up_to` = up_to; None: any count), or
+    0: stage 1 does not merge (fewer than two programs, more than up_to, or heads that do not fit)."""
+    if programs < 2 or (up_to is not None and programs > up_to):
+        return 0
+    return stage1_merge_splits(merge_heads, block_dv)
+
+
 def merge_counter_shape(batch: int, num_q_heads: int, num_kv_heads: int) -> tuple[int, int]:
     """The shape of `decode_attention_adaptive`'s merge_counters: one per (request, KV-head tile)."""
     return batch, tc.head_tiling(num_q_heads, num_kv_heads)["kv_head_tiles"]
@@ -387,14 +396,12 @@ def decode_attention_adaptive(
     # 130.6 us with a stage 2 that has nothing to merge, 127.7 with a budget of one, which launches none); one
     # of at most 8 chunks merges with the 8-wide tile alone (sized for the partials' 64 at b32-8k, stage 2 ran
     # 8-warp programs in two waves: 14.5 us in s24-6).
-    merge = programs >= 2  # else every request is finished in stage 1
     merge_heads = tc.next_pow2(tiling["heads_per_tile"])
     merge_splits = 0  # partials per head in one of stage 1's merge loads; 0: no merge in stage 1
     if merge_counters is not None:
         check_merge_counters(merge_counters, B, tiling["kv_head_tiles"], q.device)
-        if merge and (merge_in_stage1_up_to is None or programs <= merge_in_stage1_up_to):
-            merge_splits = stage1_merge_splits(merge_heads, dims["BLOCK_DV"])
-            merge = not merge_splits
+        merge_splits = stage1_merge_plan(programs, merge_in_stage1_up_to, merge_heads, dims["BLOCK_DV"])
+    merge = programs >= 2 and not merge_splits  # stage 2 runs; else stage 1 finished every request
     pdl = tc.dependent_launch(q)  # stage 1 takes the flag whether or not stage 2 follows: one variant
     slices = (stage2_slices or tc.stage2_slices(B * Hq, dims["BLOCK_DV"], q.device)) if merge else 0
     early = merge and pdl and trigger_early(B * tiling["kv_head_tiles"] * programs, B * Hq * slices,

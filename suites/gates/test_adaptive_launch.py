@@ -244,6 +244,16 @@ def test_tiles_too_wide_for_stage1s_merge_keep_stage2():
         assert v.passed, v.summary()
         assert len(launches) == stage2, head_dim
 
+
+def test_stage1_merges_from_two_programs_up_to_the_plans_count():
+    """The decision the kernel launches by and the chunks sweep labels with: a launch with counters
+    merges in stage 1 from 2 programs per request up to `up_to` (None: any), where the tile fits a
+    load (4 heads x 128: 2048 // 512 = 4 partials a load); otherwise 0 and stage 2 runs."""
+    mod, _ = _adaptive()
+    assert [mod.stage1_merge_plan(p, 8, 4, 128) for p in (0, 1, 2, 8, 9, 64)] == [0, 0, 4, 4, 0, 0]
+    assert [mod.stage1_merge_plan(p, None, 4, 128) for p in (1, 2, 64)] == [0, 4, 4]
+    assert mod.stage1_merge_plan(2, 8, 16, 512) == 0  # MLA's 16 heads x 512 columns: stage 2
+
 # A windowed batch: both requests see 300 keys, one of them out of 2000 (the vllm47188 shape).
 WINDOWED = Case(kv_dtype="bf16", num_q_heads=8, num_kv_heads=4, head_dim=64, seq_lens=(2000, 700), window=300,
                 page_size=16, seed=8)
