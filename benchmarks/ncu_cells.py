@@ -3,7 +3,7 @@ target_cells), for Nsight Compute to read their hardware counters. Only the time
 profiled: it runs between cudaProfilerStart and Stop, after a first launch that compiles and
 plans, so ncu needs `--profile-from-start off`:
 
-    ncu --profile-from-start off --clock-control none --section SpeedOfLight \\
+    ncu --profile-from-start off --clock-control none --nvtx --section SpeedOfLight \\
         --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats \\
         --section WarpStateStats --section LaunchStats \\
         python3 benchmarks/ncu_cells.py --cell b32-8k-32x8x128 --kernel dispatch --kernel flashinfer_decode_tc
@@ -12,11 +12,14 @@ Kernels are registry names, as the peer table's `--kernel` (its adapters include
 `sdpa_dense`, the peer table's floor row. ncu's own cache control flushes the L2 between its
 passes. Before each profiled launch a line `profile: CELL KERNEL` is printed, so the report
 (every kernel of that launch: split-K's two stages, a library's merge kernel) can be read
-against it. A kernel that does not declare a cell is named and left out of it.
+against it; ncu prints its report after the program's own output, so each profiled launch is also
+an NVTX range "CELL KERNEL", which `--nvtx` prints under every kernel of that launch. A kernel that
+does not declare a cell is named and left out of it.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import pathlib
 import sys
 
@@ -31,6 +34,21 @@ _paths.alias_checkout()
 from benchmarks.peer_table import _load  # noqa: E402
 from benchmarks.sweep import target_cells  # noqa: E402
 from decode_conformance.runner import prepare  # noqa: E402
+
+
+@contextlib.contextmanager
+def nvtx_range(label: str):
+    """An NVTX range around the profiled launch (ncu --nvtx prints it under each kernel); a torch
+    built without NVTX profiles the launch unnamed rather than failing the run."""
+    try:
+        torch.cuda.nvtx.range_push(label)
+    except RuntimeError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        torch.cuda.nvtx.range_pop()
 
 
 def main(argv=None) -> int:
@@ -56,8 +74,9 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
             print(f"profile: {name} {k.name}", flush=True)
             torch.cuda.profiler.start()
-            launch()
-            torch.cuda.synchronize()
+            with nvtx_range(f"{name} {k.name}"):
+                launch()
+                torch.cuda.synchronize()
             torch.cuda.profiler.stop()
             del batch, launch
             torch.cuda.empty_cache()
