@@ -42,13 +42,14 @@ def nvtx_range(label: str):
     built without NVTX profiles the launch unnamed rather than failing the run."""
     try:
         torch.cuda.nvtx.range_push(label)
-    except RuntimeError:
-        yield
-        return
-    try:
+        named = True
+    except RuntimeError:  # torch built without NVTX
+        named = False
+    try:  # outside the except: a failing launch's traceback is its own, not "during handling of"
         yield
     finally:
-        torch.cuda.nvtx.range_pop()
+        if named:
+            torch.cuda.nvtx.range_pop()
 
 
 def main(argv=None) -> int:
