@@ -238,16 +238,24 @@ def trigger_early(stage1_programs: int, stage2_programs: int, slots: int) -> boo
 
 def plan_splits(batch: int, num_q_heads: int, num_kv_heads: int, *, device=None, num_sms: Optional[int] = None,
                 max_splits: Optional[int] = None, mla: bool = False, head_dim: int = 128,
-                kv_bytes: int = 2, fp8_mma: bool = False) -> tuple[int, int]:
+                kv_bytes: int = 2, fp8_mma: bool = False, planned_seq_lens: Optional[Sequence[int]] = None,
+                window: Optional[int] = None) -> tuple[int, int]:
     """(the stage-1 grid's split axis = the chunk budget, the batch's occupancy count);
-    kv_bytes: the cache's element size (1: fp8); fp8_mma: an fp8 cache's dots stay fp8."""
+    kv_bytes: the cache's element size (1: fp8); fp8_mma: an fp8 cache's dots stay fp8;
+    planned_seq_lens (cache lengths, before the `window`): the lengths the launch is planned for,
+    when known: a ragged batch's budget is then `split_rule.share_budget`'s."""
     tiles = tc.head_tiling(num_q_heads, num_kv_heads)["kv_head_tiles"]
     sms = num_sms if num_sms is not None else split_rule.num_sms(device)
     pps, rule_cap = split_rule.launch_shape(head_dim, mla, kv_bytes, fp8_mma)
     split_pps = split_rule.split_programs_per_sm(head_dim, mla, kv_bytes)
     cap = max_splits or rule_cap
-    return (split_rule.grid_splits(batch, tiles, sms, cap, pps, split_pps),
-            split_rule.occupancy_splits(batch, tiles, sms, cap, pps, split_pps))
+    budget = split_rule.grid_splits(batch, tiles, sms, cap, pps, split_pps)
+    occupancy = split_rule.occupancy_splits(batch, tiles, sms, cap, pps, split_pps)
+    if planned_seq_lens is not None and split_pps is not None:
+        lens = [int(x) for x in planned_seq_lens]
+        budget = split_rule.share_budget(kv_layout.visible_lengths(lens, window), sum(lens), budget, occupancy,
+                                         split_rule.grid_splits(batch, tiles, sms, cap, pps))
+    return budget, occupancy
 
 
 workspace_shapes = tc.partial_shapes
@@ -338,7 +346,7 @@ def decode_attention_adaptive(
 
     splits: the chunk budget, the most chunks any request takes; default that of
     `plan_splits(B, Hq, Hkv, num_sms=..., max_splits=..., head_dim=Dk, mla=Dv < Dk, kv_bytes=...,
-    fp8_mma=...)`.
+    fp8_mma=..., planned_seq_lens=..., window=...)`.
     occupancy: the least cap of a request (default the batch's occupancy count, at most
     `splits`). Keep both (and the scratch, `workspace_shapes(B, Hq, Dv, chunk_axis(...))`)
     fixed across calls of one CUDA graph: the chunk counts follow the lengths on the device.
@@ -371,7 +379,8 @@ def decode_attention_adaptive(
     B, Hq, Hkv, Dk, Dv = tc.check_inputs(q, k_cache, v_cache, kv_indptr, kv_indices, out, lse, sinks)
     if splits is None or occupancy is None:
         grid, occ = plan_splits(B, Hq, Hkv, device=q.device, num_sms=num_sms, max_splits=splits or max_splits,
-                                mla=Dv < Dk, head_dim=Dk, kv_bytes=k_cache.element_size(), fp8_mma=fp8_mma)
+                                mla=Dv < Dk, head_dim=Dk, kv_bytes=k_cache.element_size(), fp8_mma=fp8_mma,
+                                planned_seq_lens=planned_seq_lens, window=window)
         splits = grid if splits is None else splits
         occupancy = occ if occupancy is None else occupancy
     S = int(splits)
@@ -432,7 +441,8 @@ CAPS = SPLIT_K_CAPS
 
 class AdaptiveSplitKernel:
     """Adapter for the suite. The chunk budget is `split_rule.grid_splits` for the batch's
-    size, head tiling and the device's SM count; batch.num_splits, when set, caps it.
+    size, head tiling and the device's SM count (`split_rule.share_budget`'s for a ragged batch
+    sized for its lengths); batch.num_splits, when set, caps it.
 
     chunks: every request cut into exactly that many chunks (fewer only where it has fewer than
     chunks x min_chunk keys), whatever the batch and the SM count: a sweep's fixed count.
@@ -473,7 +483,9 @@ class AdaptiveSplitKernel:
         return plan_splits(batch.batch_size, batch.num_q_heads, batch.num_kv_heads, device=batch.device,
                            num_sms=self.num_sms, max_splits=batch.num_splits or self.max_splits,
                            mla=batch.v_from_k, head_dim=batch.head_dim,
-                           kv_bytes=batch.k_cache.element_size(), fp8_mma=self.fp8_mma)
+                           kv_bytes=batch.k_cache.element_size(), fp8_mma=self.fp8_mma,
+                           planned_seq_lens=batch.seq_lens_host if self.sized_for_lengths else None,
+                           window=batch.window)
 
     def plan(self, batch):
         S, occ = self.chunk_budget(batch)

@@ -25,6 +25,14 @@ The share rounds down: rounded up, a uniform batch of B got ceil(budget / B) chu
 more programs than the occupancy count places - at 32/8/128 4 x 128k on an H200 (budget 66,
 occupancy 16) 17 chunks, 544 programs for 528 slots, a second wave: 698 us against 513.
 
+In the 16-bit 4-warp row the counts aim at one program per SM fewer than an SM holds
+(`split_programs_per_sm`), and so does the budget (66 at 32/8/128 on 132 SMs, not 82): right for
+a batch of one and for equal requests, whose counts fill the aimed-at slots. A ragged batch whose
+longest request is sized by its share, not by the occupancy count, leaves that fifth slot to the
+requests that finish early; there the shares come from the budget for what an SM holds
+(`share_budget`). The host decides from the planned lengths; the device formulas are unchanged
+(the budget is an argument), so a graph replayed with other lengths stays right.
+
 Under CUDA graphs the grid is fixed at capture, so the host sizes its split axis with
 `grid_splits` (the whole budget: the most chunks any request can take, whatever the
 lengths), and each program recomputes its request's cap and count from the current lengths
@@ -223,6 +231,21 @@ def grid_splits(batch: int, kv_head_tiles: int, num_sms: int, max_splits: int = 
     if batch < 1:
         raise ValueError(f"grid_splits: batch={batch} must be >= 1")
     return occupancy_splits(1, kv_head_tiles, num_sms, max_splits, programs_per_sm, split_programs_per_sm)
+
+
+def share_budget(visible_lengths, total: int, budget: int, occupancy: int, resident_budget: int) -> int:
+    """The chunk budget a planned batch's shares are computed from: `resident_budget` (the budget
+    for the programs an SM holds) when some request's share of `budget` exceeds the occupancy
+    count, so that shares, not the occupancy count, size the batch's longest request; else
+    `budget`. A batch of one (share = budget = its occupancy count) and a batch of equal
+    requests (share floor(budget / B), which the occupancy count is at least) keep `budget`.
+    Why: at 32/8/128 b4-ragged ([131072, 1024, 65536, 7]; budget 66, occupancy 16) the 128k
+    request's share is 43 chunks; from 82 it is 54, which ran 1.4 % faster on an H200 (s30-2) and
+    2.4 % on an H100 (s33-1), while a budget of 82 for every batch cost a batch of one 2-4 % and
+    b4-32k 1.4 % (docs/gpu-runs/2026-12-05-h200-s30, 2026-12-05-h100-s33)."""
+    if total > 0 and any(budget * v // total > occupancy for v in visible_lengths):
+        return max(budget, resident_budget)
+    return budget
 
 
 def request_cap(length: int, total: int, grid: int, occupancy: int) -> int:

@@ -164,6 +164,57 @@ def test_the_16bit_4warp_row_aims_at_4_programs_per_sm(batch, occupancy):
     assert sr.split_programs_per_sm(128, mla=False, kv_bytes=2) == sr.SPLIT_PROGRAMS_PER_SM == 4
 
 
+# A ragged batch's shares (`share_budget`), 32/8/128 on 132 SMs: budget 528 // 8 = 66 aimed, 660 // 8 = 82 held.
+#   b4-ragged [131072, 1024, 65536, 7], total 197639, occupancy 16: the 128k request's share of 66 is
+#     floor(66 x 131072 / 197639) = 43 > 16, so the shares come from 82 (its share then 54);
+#   b4 of 32k, equal: floor(66 / 4) = 16, not above the occupancy count 16: 66;
+#   b4 [32768 x 3, 30000]: the longest's share floor(66 x 32768 / 128304) = 16: 66;
+#   b4 [40000, 30000 x 3]: floor(66 x 40000 / 130000) = 20 > 16: 82;
+#   a batch of one: its share is the budget, 66, which is also its occupancy count: 66;
+#   b16 [65536, 1024 x 15] with a 4096-key window: visible [4096, 1024 x 15], total 80896:
+#     floor(66 x 4096 / 80896) = 3, not above the occupancy count 4 (the cache's 65536 would be 53): 66.
+SHARES_32x8x128 = [
+    ([131072, 1024, 65536, 7], None, 82),
+    ([32768] * 4, None, 66),
+    ([32768] * 3 + [30000], None, 66),
+    ([40000] + [30000] * 3, None, 82),
+    ([131072], None, 66),
+    ([65536] + [1024] * 15, 4096, 66),
+    ([65536] + [1024] * 15, None, 82),
+]
+
+
+@pytest.mark.parametrize("lens,window,budget", SHARES_32x8x128)
+def test_a_ragged_batch_shares_the_budget_for_what_an_sm_holds(lens, window, budget):
+    from decode_conformance_kernels.adaptive_split import plan_splits
+    occupancy = dict(ROW_32x8x128)[len(lens)]
+    assert plan_splits(len(lens), 32, 8, num_sms=132, head_dim=128, kv_bytes=2, planned_seq_lens=lens,
+                       window=window) == (budget, occupancy)
+    # without planned lengths (a graph captured without them) the aimed-at budget
+    assert plan_splits(len(lens), 32, 8, num_sms=132, head_dim=128, kv_bytes=2) == (66, occupancy)
+
+
+def test_the_ragged_long_request_takes_its_share_of_82():
+    """What the device then computes for b4-ragged: 54 chunks for 128k (floor(82 x 131072 / 197639)),
+    27 for 64k, 8 for 1k (its length count 1024 // 128, under the occupancy cap 16), 1 for 7 keys."""
+    lens = [131072, 1024, 65536, 7]
+    caps = [sr.request_cap(v, sum(lens), 82, 16) for v in lens]
+    assert [sr.chunk_count_for_cap(v, c, sr.MIN_CHUNK, 64) for v, c in zip(lens, caps)] == [54, 8, 27, 1]
+
+
+def test_share_budget_leaves_other_rows_and_caps_alone():
+    """Outside the 16-bit 4-warp row the budget already is what an SM holds; a cap (max_splits) bounds both."""
+    from decode_conformance_kernels.adaptive_split import plan_splits
+    lens = [131072, 1024, 65536, 7]
+    assert plan_splits(4, 16, 2, num_sms=132, head_dim=256, planned_seq_lens=lens) == plan_splits(
+        4, 16, 2, num_sms=132, head_dim=256)
+    assert plan_splits(4, 32, 8, num_sms=132, head_dim=128, kv_bytes=1, planned_seq_lens=lens) == plan_splits(
+        4, 32, 8, num_sms=132, head_dim=128, kv_bytes=1)
+    # a cap of 40: the aimed-at budget 40, occupancy 16, share floor(40 x 131072 / 197639) = 26 > 16; held 40
+    assert plan_splits(4, 32, 8, num_sms=132, head_dim=128, max_splits=40, planned_seq_lens=lens) == (40, 16)
+    assert sr.share_budget([10, 10], 0, 66, 16, 82) == 66  # an empty batch: no share
+
+
 # The other rows keep the counts for what an SM holds, raised to fill waves (their measured rule).
 @pytest.mark.parametrize("hq,hkv,d,mla,kv_bytes,fp8_mma", [(16, 2, 256, False, 2, False), (32, 8, 128, False, 1, False),
                                                          (32, 8, 128, False, 1, True), (128, 1, 576, True, 2, False),

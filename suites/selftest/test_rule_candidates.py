@@ -13,10 +13,10 @@ from suites.selftest.test_chunk_sweep import SMALL_GPU, _launch_and_count, _smal
 H200_SMS = 132
 
 
-def _batch(b, hq=32, hkv=8, d=128, kv_bytes=2, mla=False):
-    """What chunk_budget reads of a batch."""
+def _batch(b, hq=32, hkv=8, d=128, kv_bytes=2, mla=False, lens=None):
+    """What chunk_budget reads of a batch (equal 32k requests unless `lens`)."""
     return types.SimpleNamespace(batch_size=b, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, v_from_k=mla,
-                                 num_splits=None, device="cpu",
+                                 num_splits=None, device="cpu", seq_lens_host=lens or [32768] * b, window=None,
                                  k_cache=types.SimpleNamespace(element_size=lambda: kv_bytes))
 
 
@@ -88,5 +88,19 @@ def test_candidates_run_their_counts_and_pass_the_judge():
 
 def test_candidate_names_are_distinct():
     rc = _candidates()
-    assert [rc.previous_rule().name, rc.resident_budget().name] == ["adaptive_previous_rule",
-                                                                   "adaptive_resident_budget"]
+    assert [rc.previous_rule().name, rc.resident_budget().name, rc.aimed_budget().name] == [
+        "adaptive_previous_rule", "adaptive_resident_budget", "adaptive_aimed_budget"]
+
+
+# b4-ragged-32x8x128 on 132 SMs: the shipped plan shares 82 (floor(66 x 131072 / 197639) = 43 > the
+# occupancy count 16); aimed_budget keeps 66; equal requests and a batch of one plan alike (66).
+@pytest.mark.parametrize("lens,shipped", [([131072, 1024, 65536, 7], (82, 16)), ([32768] * 4, (66, 16)),
+                                          ([131072], (66, 66))])
+def test_aimed_budget_is_the_shipped_plan_without_the_share_budget(lens, shipped):
+    rc = _candidates()
+    from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
+    batch = _batch(len(lens), lens=lens)
+    assert AdaptiveSplitKernel(num_sms=H200_SMS).chunk_budget(batch) == shipped
+    aimed = rc.aimed_budget()
+    aimed.num_sms = H200_SMS
+    assert aimed.chunk_budget(batch) == (66, shipped[1])
