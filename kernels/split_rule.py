@@ -242,7 +242,9 @@ def share_budget(visible_lengths, total: int, budget: int, occupancy: int, resid
     Why: at 32/8/128 b4-ragged ([131072, 1024, 65536, 7]; budget 66, occupancy 16) the 128k
     request's share is 43 chunks; from 82 it is 54, which ran 1.4 % faster on an H200 (s30-2) and
     2.4 % on an H100 (s33-1), while a budget of 82 for every batch cost a batch of one 2-4 % and
-    b4-32k 1.4 % (docs/gpu-runs/2026-12-05-h200-s30, 2026-12-05-h100-s33)."""
+    b4-32k 1.4 % (docs/gpu-runs/2026-12-05-h200-s30, 2026-12-05-h100-s33). This rule against the
+    budget of 66 in one process on an H100 (s34-2): b4-ragged -1.9 %, b16-ragged -1.2 %, the other
+    14 cells of the peer table planned alike (docs/gpu-runs/2026-12-05-h100-s34)."""
     if total > 0 and any(budget * v // total > occupancy for v in visible_lengths):
         return max(budget, resident_budget)
     return budget
