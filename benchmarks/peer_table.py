@@ -159,7 +159,7 @@ def measure_cell(cell, kernels: dict, reference, timing, rounds: int, reps: int,
     return entries
 
 
-def preflight(name: str, guard_only: bool = False) -> int:
+def preflight(name: str, guard_only: bool = False, only=None) -> int:
     """Child process: plan, launch and synchronise `name` once on every cell it declares, then try
     to capture the launch in a CUDA graph and replay it; one JSON line per cell on stdout, flushed
     before the next launch ("graph": "ok" or why not)."""
@@ -168,7 +168,7 @@ def preflight(name: str, guard_only: bool = False) -> int:
     timing, load_cells, _ = perf_api(guard_only)
     k = _load(name)
     for cell in load_cells():
-        if k.caps.missing_for(cell.case, "cuda"):
+        if k.caps.missing_for(cell.case, "cuda") or (only and cell.name not in only):
             continue
         print(json.dumps({"cell": cell.name, "status": "started"}), flush=True)
         graph = "not tried"
@@ -191,14 +191,15 @@ def preflight(name: str, guard_only: bool = False) -> int:
     return 0
 
 
-def crashed_cells(names, jobs: int, guard_only: bool = False) -> tuple[dict, dict]:
+def crashed_cells(names, jobs: int, guard_only: bool = False, only=None) -> tuple[dict, dict]:
     """({kernel: {cell: why}} for the cells whose pre-flight process died (signal, CUDA abort),
     {kernel: {cell: why}} for the cells whose launch did not capture in a CUDA graph)."""
     import concurrent.futures as cf
     import subprocess
 
     def one(name):
-        p = subprocess.run([sys.executable, __file__, "--preflight", name] + ["--guard-cells-only"] * guard_only,
+        p = subprocess.run([sys.executable, __file__, "--preflight", name] + ["--guard-cells-only"] * guard_only
+                           + [arg for c in only or () for arg in ("--cell", c)],
                            capture_output=True, text=True)
         lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
         no_graph = {x["cell"]: x["graph"] for x in lines if x.get("graph") not in (None, "ok")}
@@ -254,13 +255,15 @@ def main(argv=None) -> int:
                     help="the --kernel the verdict and the ratios are for (default: %(default)s)")
     ap.add_argument("--guard-cells-only", action="store_true",
                     help="the perf guard's cells alone, not benchmarks/target_cells.toml's as well")
+    ap.add_argument("--cell", action="append", metavar="NAME",
+                    help="time these cells only, repeatable (default: every cell)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--preflight-jobs", type=int, default=4, help="pre-flight processes at a time")
     ap.add_argument("--preflight", metavar="NAME", help=argparse.SUPPRESS)  # the child's entry
     a = ap.parse_args(argv)
     if a.preflight:
-        return preflight(a.preflight, a.guard_cells_only)
+        return preflight(a.preflight, a.guard_cells_only, a.cell)
     if not a.out:
         ap.error("--out is required")
     labels = a.kernel or list(SHIPPED + ADAPTERS + (DENSE_FLOOR,))
@@ -268,20 +271,24 @@ def main(argv=None) -> int:
         ap.error(f"--kernel: {sorted({x for x in labels if labels.count(x) > 1})} given twice")
     if a.baseline not in labels:
         ap.error(f"--baseline {a.baseline}: not one of the kernels timed ({', '.join(labels)})")
+    timing, load_cells, bytes_moved = perf_api(a.guard_cells_only)
+    timed_cells = [c for c in load_cells() if not a.cell or c.name in a.cell]
+    unknown = sorted(set(a.cell or ()) - {c.name for c in timed_cells})
+    if unknown:
+        ap.error(f"--cell {', '.join(unknown)}: expected one of {', '.join(c.name for c in load_cells())}")
     import torch
     if not torch.cuda.is_available():
         ap.error("--out: the peer table times kernels on a GPU; none is visible here")
-    timing, load_cells, bytes_moved = perf_api(a.guard_cells_only)
     kernels = {label: _load(label) for label in labels}
     crashed, no_graph = crashed_cells([lb for lb, k in kernels.items() if not k.caps.unavailable], a.preflight_jobs,
-                                      a.guard_cells_only)
+                                      a.guard_cells_only, a.cell)
     for name, cells in crashed.items():
         for cell, why in cells.items():
             print(f"{name} on {cell}: {why}", flush=True)
     reference = _load("torch_gather")
     tbs = timing.read_bandwidth_tbs()
     rows = {}
-    for cell in load_cells():
+    for cell in timed_cells:
         dead = {lb: crashed.get(lb, {}).get(cell.name) or crashed.get(lb, {}).get(ANY_CELL) for lb in kernels}
         eager = {n: cells[cell.name] for n, cells in no_graph.items() if cell.name in cells}
         entries = measure_cell(cell, {lb: k for lb, k in kernels.items() if not dead[lb]}, reference, timing,

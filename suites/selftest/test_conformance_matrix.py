@@ -262,7 +262,8 @@ def test_peer_table_times_a_candidate_tree_beside_main(tmp_path, monkeypatch, ca
     copy (planted: MIN_CHUNK 64) is the candidate's alone - its launch cuts the 300-key request
     into 4 chunks where main's cuts 2, read back from the partial LSEs the device wrote - and
     both compute right (judged against the float64 reference, under the interpreter without a
-    GPU). The table refuses a kernel given twice and a --baseline it would not time."""
+    GPU). The table refuses a kernel given twice, a --baseline it would not time and a --cell it does
+    not have (naming the ones it has)."""
     import shutil
     cand = tmp_path / "decode_conformance_kernels_cand"
     shutil.copytree(ROOT / "kernels", cand, ignore=shutil.ignore_patterns("__pycache__"))
@@ -298,7 +299,8 @@ def _judge_both_trees(cand, capsys, tmp_path):
         chunks[label] = int(torch.isfinite(partial_lse[0, 0]).sum())  # the 300-key request, head 0
     assert chunks == {"adaptive_split": 2, spec: 4}
     for argv, says in ((["--kernel", "dispatch", "--kernel", "dispatch"], "given twice"),
-                       (["--kernel", spec], "--baseline dispatch: not one of the kernels timed")):
+                       (["--kernel", spec], "--baseline dispatch: not one of the kernels timed"),
+                       (["--cell", "b8-32k-mla", "--cell", "b9-nope"], "--cell b9-nope: expected one of b1-4k")):
         with pytest.raises(SystemExit):
             m.main(["--out", str(tmp_path / "out")] + argv)
         assert says in capsys.readouterr().err
