@@ -12,8 +12,8 @@ spill: `ci/compile_check.py` at 128/1/576/512), one program an SM, and each prog
 and softmax take turns. The probes keep that loop's arithmetic (64-head tiles, online softmax with
 one rescale per step of keys, K shared as V, the shipped row's one wave of programs) and change one
 thing each:
-  - `gather_64`: the shipped tiles and launch config (64 keys a step gathered by slot id, 8 warps,
-    2 stages) with no masks and scores scaled by scale x log2 e into `exp2`; `gather_64_masked`,
+  - `gather_64`: the shipped tiles and launch config (64 keys a step, 8 warps, 2 stages), rows found
+    by page id from the block table, no masks, scores scaled by scale x log2 e into `exp2`; `gather_64_masked`,
     `gather_64_exp`, `gather_64_masked_exp` put the shipped loop's masks and `tl.exp` back;
   - `*_dv2`: the 512 output columns over two programs, 256 each (QK recomputed by both: 1.5x the
     MMA work for half the accumulator); `gather_32_dv2_w4` fits two 4-warp programs an SM;
@@ -107,7 +107,8 @@ def _mla_probe_stage1(Q, stride_qb, stride_qh, Kc, stride_kslot, KDesc, PeDesc, 
                 acc += tl.dot(p2.to(v2.dtype), v2)
                 acc += tl.dot(p3.to(v3.dtype), v3)
             m = m_new
-        else:  # slot ids gathered as the shipped kernel does: PAGES x 16 keys a step
+        else:  # PAGES x 16 rows a step, gathered by page id from the block table (the shipped loop
+            # reads a slot id per key from its request's index list)
             offs = tl.arange(0, PAGES * 16)
             page = tl.load(bt + p + offs // 16).to(tl.int64)
             slot = page * 16 + offs % 16
@@ -237,7 +238,7 @@ class MlaProbe:
 
 
 def gather_64():
-    """As shipped: 64 keys a step gathered by slot id, 8 warps, 2 stages, one program an SM."""
+    """The shipped tiles and launch config: 64 keys a step (by page id), 8 warps, 2 stages, one program an SM."""
     return MlaProbe("mla_probe_gather_64", tma=False, pages=4, stages=2)
 
 
