@@ -41,7 +41,7 @@ try:  # host-side tensor descriptors (Triton >= 3.4); without them the TMA probe
 except ImportError:  # pragma: no cover - older Triton
     TensorDescriptor = None
 
-LOG2E = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)  # one constant for the host's scale and the kernel's LSE
 D_MAIN, D_PE, PAGE = 512, 64, 16
 HEAD_TILE = 64  # query heads a program: the shipped MLA tiling of 128 heads (two tiles)
 MAX_CHUNKS = split_rule.MLA_MAX_SPLITS  # the shipped MLA split cap
@@ -122,7 +122,7 @@ def _mla_probe_stage1(Q, stride_qb, stride_qh, Kc, stride_kslot, KDesc, PeDesc, 
                 k_pe = tl.load(k_row + DM + cols_pe[None, :])
             qk = tl.dot(q, tl.trans(k)) + tl.dot(q_pe, tl.trans(k_pe))
             if NAT_EXP:  # as the shipped loop: natural-log scores, tl.exp
-                qk = qk * (qk_scale_log2 / 1.4426950408889634)
+                qk = qk * (qk_scale_log2 / LOG2E)
             else:
                 qk = qk * qk_scale_log2
             if MASKED:
@@ -147,7 +147,7 @@ def _mla_probe_stage1(Q, stride_qb, stride_qh, Kc, stride_kslot, KDesc, PeDesc, 
     if NAT_EXP:
         lse = m + tl.log(denom)
     else:  # log2-domain running max -> natural-log LSE
-        lse = (m + tl.log2(denom)) / 1.4426950408889634
+        lse = (m + tl.log2(denom)) / LOG2E
     tl.store(PartLse + b.to(tl.int64) * stride_lb + heads64 * stride_lh + chunk, lse, mask=(rows * 0 + sl) == 0)  # a tensor mask: the interpreter rejects a scalar one
 
 
@@ -218,7 +218,7 @@ class MlaProbe:
         else:
             kd = pd = vd = slots  # unused by the gather form
         bt, q, out = batch.block_table, batch.q, batch.out
-        scale = float(batch.sm_scale) * float(batch.k_scale) * LOG2E
+        scale = float(batch.sm_scale) * float(batch.k_scale) * LOG2E.value
         grid1 = (B, (Hq // HEAD_TILE) * self.slices, chunks)
         merge_chunks = triton.next_power_of_2(chunks)
 
