@@ -193,12 +193,26 @@ def _pool_init(target: dict, root: str) -> None:
     driver.set_active(TargetDriver(**target))
 
 
+def portable(data: str) -> str:
+    """A variant's specialization data without the recording host's paths. Triton's options name
+    the math libraries by file path (`extern_libs`: libdevice under the recording machine's Triton
+    install), a path another host's install does not have. A library missing here is left out and
+    the backend fills in its own; the cache key hashes the file's content, not its path, so the
+    key is still the one a case on this host makes."""
+    d = json.loads(data)
+    opts = d.get("options") or {}
+    libs = opts.get("extern_libs")
+    if libs:
+        opts["extern_libs"] = [[name, path] for name, path in libs if os.path.exists(path)]
+    return json.dumps(d)
+
+
 def _compile_one(entry: dict) -> dict:
     t0 = time.time()
     try:
         jit = resolve_function(entry["fn"])
         stale = jit.cache_key != entry.get("hash")  # no hash recorded: not known to be current
-        jit.preload(entry["data"])
+        jit.preload(portable(entry["data"]))
     except Exception as e:  # reported per entry; the rest still compile
         return {"fn": entry["fn"], "error": f"{type(e).__name__}: {e}", "seconds": time.time() - t0}
     return {"fn": entry["fn"], "stale": stale, "seconds": time.time() - t0}

@@ -75,13 +75,22 @@ def _variants(cache) -> set:
 
 
 @pytest.mark.skipif(not _has_nvidia_backend(), reason="needs Triton's NVIDIA backend and its ptxas (compiles for sm_90)")
-@pytest.mark.parametrize("kept", [2, 1], ids=["whole-manifest", "manifest-missing-a-variant"])
-def test_pool_compiles_what_the_later_run_would(tmp_path, kept):
+@pytest.mark.parametrize("kept,elsewhere", [(2, False), (1, False), (2, True)],
+                         ids=["whole-manifest", "manifest-missing-a-variant", "recorded-on-another-install"])
+def test_pool_compiles_what_the_later_run_would(tmp_path, kept, elsewhere):
     (tmp_path / "ca_probe.py").write_text(textwrap.dedent(PROBE))
     _run(tmp_path, tmp_path / "cache-record", tmp_path / "log", 32, 64)
     manifest = compile_ahead.build_manifest(tmp_path / "log", "sm_90")
     assert manifest["target"] == SM90 and len(manifest["entries"]) == 2
     manifest["entries"] = manifest["entries"][:kept]
+    if elsewhere:  # a shipped manifest: Triton's options name libdevice under the recording host's install
+        for e in manifest["entries"]:
+            data = json.loads(e["data"])
+            libs = dict(data["options"]["extern_libs"])
+            assert "libdevice" in libs, "the recorded options name libdevice by path"
+            data["options"]["extern_libs"] = [[k, "/elsewhere/site-packages/triton/backends/nvidia/lib/" + pathlib.Path(v).name]
+                                              for k, v in libs.items()]
+            e["data"] = json.dumps(data)
     (tmp_path / "m.json").write_text(json.dumps(manifest))
     stale = subprocess.run([sys.executable, "-c", "import json, sys; from decode_conformance import compile_ahead_run; "
                             "print(json.dumps(compile_ahead_run.stale_functions(json.load(open(sys.argv[1])))))",
