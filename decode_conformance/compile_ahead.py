@@ -1,10 +1,10 @@
-"""Compile ahead: a cold run's Triton variants compiled first, in parallel, on every host core.
+"""Compile ahead: a cold run's Triton variants compiled in parallel on the host's idle cores.
 
 A cold main job is mostly Triton compiling (docs/gpu-runs/2026-12-02-h200-s16: 563 compiles,
 418 s over 12 workers, out of a 61 s run). Each worker compiles the variants its own cases
 need, one after another, and several workers compile the same one. Given the list of variants
-a run needs, the host's cores can compile each of them once, side by side, before the cases
-ask for them; every case then finds its binary in Triton's on-disk cache.
+a run needs, the cores the workers leave idle can compile each of them once, ahead of the cases
+that will ask for them; those cases then find their binary in Triton's on-disk cache.
 
 The list is a *manifest*, recorded from a run on the GPU class it is for:
   - `install_recorder(DIR)` hangs on Triton's JIT hooks in a process and writes one JSON line
@@ -16,10 +16,10 @@ is a stand-in reporting the manifest's target (compile_ahead_run checks it is th
 device memory and no CUDA context. A variant compiled by the pool is the one a case would have
 compiled (the same source, specialization, options and target make the same cache key).
 
-When a pytest run uses a manifest, and how it waits for the pool: compile_ahead_run.py.
+When a pytest run uses a manifest, and why no case waits for the pool: compile_ahead_run.py.
 
     python -m decode_conformance.compile_ahead manifest LOG_DIR --gpu-class sm_90 -o OUT.json
-    python -m decode_conformance.compile_ahead precompile OUT.json [--jobs N]
+    python -m decode_conformance.compile_ahead precompile OUT.json [--jobs N] [--nice N]
 """
 from __future__ import annotations
 
@@ -218,14 +218,18 @@ def _compile_one(entry: dict) -> dict:
     return {"fn": entry["fn"], "stale": stale, "seconds": time.time() - t0}
 
 
-def precompile(manifest: dict, jobs: Optional[int] = None) -> dict:
-    """Compile every entry once, longest first, in `jobs` processes (default: the host's cores).
+def precompile(manifest: dict, jobs: Optional[int] = None, nice: int = 0, progress=None) -> dict:
+    """Compile every entry once, longest first, in `jobs` processes (default: the host's cores),
+    `nice` added to their CPU niceness (a pool beside a run: compile_ahead_run.POOL_NICE);
+    `progress(done, total, result, elapsed_s)` after each entry.
     Returns {compiled, failed: [(fn, error)], stale, seconds, jobs}: stale entries were recorded
     from another version of their kernel's source (compiled anyway; re-record the manifest)."""
     import concurrent.futures
     import multiprocessing
     from ._paths import checkout_root
     jobs = max(1, jobs or os.cpu_count() or 1)
+    if nice:
+        os.nice(nice)  # before the pool's processes start: they inherit it
     entries = sorted(manifest["entries"], key=lambda e: -(e.get("seconds") or 0.0))
     t0 = time.time()
     root = checkout_root()
@@ -233,10 +237,21 @@ def precompile(manifest: dict, jobs: Optional[int] = None) -> dict:
                                                 mp_context=multiprocessing.get_context("spawn"),
                                                 initializer=_pool_init,
                                                 initargs=(manifest["target"], str(root) if root else "")) as pool:
-        results = list(pool.map(_compile_one, entries))
+        results = []
+        for future in concurrent.futures.as_completed([pool.submit(_compile_one, e) for e in entries]):
+            results.append(future.result())
+            if progress is not None:
+                progress(len(results), len(entries), results[-1], time.time() - t0)
     failed = [(r["fn"], r["error"]) for r in results if "error" in r]
     return {"compiled": len(results) - len(failed), "failed": failed, "stale": sum(bool(r.get("stale")) for r in results),
             "seconds": round(time.time() - t0, 2), "jobs": jobs, "entries": len(entries)}
+
+
+def _log_progress(done: int, total: int, result: dict, elapsed: float) -> None:
+    """One line an entry in the pool's log: how far a pool stopped by its run's end had got (an
+    entry a case had compiled first is a cache hit here, a fraction of a second)."""
+    what = f"error {result['error']}" if "error" in result else f"{result['seconds']:.2f} s"
+    print(f"{elapsed:7.1f} s  {done}/{total}  {result['fn']}  {what}", flush=True)
 
 
 def summary_line(s: Optional[dict]) -> str:
@@ -266,6 +281,7 @@ def main(argv=None) -> int:
     p.add_argument("manifest")
     p.add_argument("--jobs", type=int, default=None)
     p.add_argument("--done", default=None, help="write the summary JSON here when finished")
+    p.add_argument("--nice", type=int, default=0, help="run the pool this much nicer (a run's pool: 19)")
     a = ap.parse_args(argv)
     from ._paths import alias_checkout
     alias_checkout()
@@ -275,7 +291,7 @@ def main(argv=None) -> int:
         print(f"{len(man['entries'])} variants -> {a.out}")
         return 0
     try:
-        summary = precompile(load_manifest(a.manifest), a.jobs)
+        summary = precompile(load_manifest(a.manifest), a.jobs, a.nice, progress=_log_progress)
     except Exception as e:  # the waiting processes must hear of it, not time out
         summary = {"error": f"the compile-ahead pool failed: {type(e).__name__}: {e}"}
     if a.done:

@@ -1,12 +1,17 @@
-"""When a pytest run compiles ahead (compile_ahead.py), and how its processes wait for the pool.
+"""When a pytest run compiles ahead (compile_ahead.py), and why no case waits for it.
 
 The plugin asks `plan` at configure time (the controller): `--compile-ahead=off`, a manifest's path,
 or auto - the shipped manifest of the GPU class and the installed Triton, for the run it was
 recorded from only (the shipped kernels on the whole parity suite, their source unchanged). `start`
-launches the pool in a process group of its own and `stop` ends the group. The controller tells
-each xdist worker where the pool's summary will be (`expect`; workerinput, not the environment, so
-nothing the tests start inherits it); a process that runs cases `wait`s for that summary before its
-first case (door.py), for at most WAIT_LIMIT_S or until the pool's process is gone.
+launches the pool in a process group of its own at the lowest CPU priority, and `stop` ends the
+group when the run ends.
+
+The cases do not wait for the pool. They compile what they need when they need it, as without a
+pool; the pool, at nice 19, takes only the cores they leave idle (a cold main job on a 16-core host
+keeps ~11 of them busy) and fills Triton's cache ahead of them. A variant the pool finds already
+cached (a case compiled it, or a warm cache) costs it a file read. Waiting for the whole pool first
+was measured and dropped (docs/compile-ahead.md): the 12 workers idled through its 25-45 s, and a
+warm run waited ~10 s for a pool with nothing to compile.
 """
 from __future__ import annotations
 
@@ -17,15 +22,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from typing import Optional
 
 from .compile_ahead import ManifestError, load_manifest, manifest_name, resolve_function
 
-# How long a process waits for the pool before compiling for itself: a pool on 16 cores took
-# (estimate) 15-20 s for the ~300 variants of the H200's main job; far past that, something is wrong.
-WAIT_LIMIT_S = 300.0
-PID_FILE = "pool.pid"  # beside the summary: a waiter stops waiting when that process is gone
+POOL_NICE = 19  # the lowest priority: the pool runs on what the cases leave idle
 PARITY_SUITE = ("suites", "parity")
 PARITY_MODULE = "decode_conformance.suites.parity"
 
@@ -149,12 +150,12 @@ def stale_functions(manifest: dict) -> list[str]:
 
 
 def start(manifest_path, summary_path, jobs: Optional[int] = None, log_path=None) -> subprocess.Popen:
-    """Start the pool in a process group of its own (it writes its summary to summary_path when it
-    ends). A thread of this process reaps it, so a pool that dies does not linger as a zombie that
-    a waiter would take for a running pool."""
+    """Start the pool in a process group of its own at nice POOL_NICE (it writes its summary to
+    summary_path when it ends). A thread of this process reaps it, so a pool that dies does not
+    linger as a zombie."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     cmd = [sys.executable, "-m", "decode_conformance.compile_ahead", "precompile", str(manifest_path),
-           "--done", str(summary_path)] + (["--jobs", str(jobs)] if jobs else [])
+           "--done", str(summary_path), "--nice", str(POOL_NICE)] + (["--jobs", str(jobs)] if jobs else [])
     from ._paths import checkout_root
     root = checkout_root()
     if root:  # a checkout that is not installed: the pool imports the package from it
@@ -165,7 +166,6 @@ def start(manifest_path, summary_path, jobs: Optional[int] = None, log_path=None
     finally:
         if log_path:
             out.close()  # the pool has its own copy
-    (pathlib.Path(summary_path).parent / PID_FILE).write_text(str(proc.pid))
     threading.Thread(target=proc.wait, name="compile-ahead-reaper", daemon=True).start()
     return proc
 
@@ -183,64 +183,9 @@ def stop(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-_EXPECTED: dict = {"summary": None}
-_SUMMARIES: dict = {}  # summary path -> what wait() read (or why it read nothing)
-
-
-def expect(summary_path: Optional[str]) -> None:
-    """This process's cases wait for the pool whose summary will be at summary_path (None: no pool)."""
-    _EXPECTED["summary"] = summary_path
-
-
 def read_summary(summary_path) -> Optional[dict]:
-    """The pool's summary, if it has written one."""
+    """The pool's summary, if it has written one (None: it had not finished)."""
     try:
         return json.loads(pathlib.Path(summary_path).read_text())
     except (OSError, ValueError):
         return None
-
-
-def wait(limit_s: float = WAIT_LIMIT_S) -> Optional[dict]:
-    """Block, once per process, until the expected pool (`expect`) has written its summary: None
-    when no pool is expected; {"error": ...} past `limit_s` or when the pool is gone without one."""
-    summary_path = _EXPECTED["summary"]
-    if not summary_path:
-        return None
-    if summary_path in _SUMMARIES:
-        return _SUMMARIES[summary_path]
-    deadline = time.monotonic() + limit_s
-    path = pathlib.Path(summary_path)
-    pid = _pool_pid(path)
-    while not path.exists() and time.monotonic() < deadline and _alive(pid):
-        time.sleep(0.05)
-    summary = read_summary(path)
-    if summary is None:
-        why = (f"the pool (pid {pid}) ended without a summary" if not _alive(pid)
-               else f"no summary from the compile-ahead pool after {limit_s:.0f} s")
-        summary = {"error": f"{why}; cases compile their own"}
-    _SUMMARIES[summary_path] = summary
-    return summary
-
-
-def _pool_pid(summary: pathlib.Path) -> Optional[int]:
-    try:
-        return int((summary.parent / PID_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _alive(pid: Optional[int]) -> bool:
-    """Whether process `pid` still runs: gone, or a zombie (ended, not yet reaped by its parent),
-    is not. Unknown counts as alive (the wait is then bounded by its limit alone)."""
-    if pid is None:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    try:  # Linux: the state after the command name in /proc/PID/stat; Z = zombie, X = dead
-        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return True

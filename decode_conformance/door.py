@@ -39,8 +39,6 @@ def run(state, config, kp, scenario: str, case: Case, suite: str, repro: str = "
     """Scenario `scenario` of kernel `kp` (a state.KernelParam) on `case` under the run's policy.
     `suite` names the suite in the reproduce line (state.suite_arg); `repro` replaces the line
     where a case source has its own (a fuzz example)."""
-    from .compile_ahead_run import wait
-    wait()  # a compile-ahead pool of this run (plugin.py) finishes before the first case compiles its own
     repro = repro or repro_command(kp.spec, case, state.case_set, state.device, suite=suite, pyargs=state.pyargs)
     with case_on_shared_gpu(case, state.device, state.workers_per_device):
         if state.isolation == "process":

@@ -50,7 +50,7 @@ def pytest_addoption(parser):
                      "--isolation=process a case past it fails and the run goes on; under --isolation=none "
                      "a hung case ends the whole run (tracebacks dumped)")
     g.addoption("--compile-ahead", default=None, metavar="auto|off|MANIFEST",
-                help="compile the run's Triton variants first, in parallel on every host core (compile_ahead.py): "
+                help="compile the run's Triton variants in the background on the host's idle cores (compile_ahead.py): "
                      "auto (default) from the shipped manifest of this GPU class and Triton version when the run "
                      "is the one it was recorded from (the shipped kernels on the whole parity set); off; or a "
                      "manifest's path")
@@ -84,16 +84,10 @@ def pytest_xdist_setupnodes(config, specs):
     xdist_pinning.setup_nodes(config, specs)
 
 
-_COMPILE_AHEAD_SUMMARY = "decode_conformance_compile_ahead_summary"
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     if state_of(node.config) is not None:
         node.workerinput[_WORKER_FLAG] = True
-        ahead = node.config.stash.get(_COMPILE_AHEAD, {})
-        if "summary" in ahead:
-            node.workerinput[_COMPILE_AHEAD_SUMMARY] = ahead["summary"]
 
 
 # ---- configuration ---------------------------------------------------------------------------
@@ -126,9 +120,6 @@ def pytest_configure(config):
     worker = getattr(config, "workerinput", None)
     if (worker is not None and worker.get(_WORKER_FLAG)) or (worker is None and conformance_requested(config)):
         s = state_of(config, activate=True)
-        if worker is not None and worker.get(_COMPILE_AHEAD_SUMMARY):
-            from .compile_ahead_run import expect
-            expect(worker[_COMPILE_AHEAD_SUMMARY])
         runs_cases = worker is not None or (getattr(config.option, "dist", "no") or "no") == "no"
         if worker is None and not config.option.collectonly:
             _start_compile_ahead(config, s)
@@ -141,9 +132,8 @@ _COMPILE_AHEAD = pytest.StashKey[dict]()
 
 
 def _start_compile_ahead(config, s) -> None:
-    """The pool of compile_ahead.py, started before any worker; the processes that run cases are
-    told where its summary will be (`pytest_configure_node`, or this process without xdist) and
-    wait for it before their first case."""
+    """The pool of compile_ahead.py, started before any worker, at the lowest CPU priority; no
+    case waits for it (compile_ahead_run.py says why)."""
     from . import compile_ahead, compile_ahead_run
     try:
         manifest, why = compile_ahead_run.plan(config, s)
@@ -157,16 +147,14 @@ def _start_compile_ahead(config, s) -> None:
         summary = os.path.join(folder, "summary.json")
         info.update(summary=summary, log=os.path.join(folder, "pool.log"),
                     proc=compile_ahead_run.start(manifest, summary, log_path=os.path.join(folder, "pool.log")))
-        compile_ahead_run.expect(summary)
     config.stash[_COMPILE_AHEAD] = info
 
 
 def pytest_unconfigure(config):
     proc = config.stash.get(_COMPILE_AHEAD, {}).get("proc")
     if proc is not None:
-        from .compile_ahead_run import expect, stop
-        stop(proc)  # a run that ended first (interrupted, or every case deselected)
-        expect(None)
+        from .compile_ahead_run import stop
+        stop(proc)  # a run that ended first: its cases compiled the rest themselves
     s = state_of(config)
     if s is not None and s.runner is not None:
         s.runner.close()
@@ -358,7 +346,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if "summary" in ahead:
         from . import compile_ahead, compile_ahead_run
         summary = compile_ahead_run.read_summary(ahead["summary"])
-        line = compile_ahead.summary_line(summary) if summary else "compile ahead: the pool had not finished"
+        line = (compile_ahead.summary_line(summary) if summary
+                else "compile ahead: the pool had not finished when the cases had (their own compiles did the rest)")
         tr.write_line(f"decode-conformance {line} (log: {ahead['log']})",
                       yellow=bool(summary is None or "error" in summary or summary["failed"]))
     written = config.stash.get(_WRITTEN, None)
