@@ -1,17 +1,20 @@
 """When a pytest run compiles ahead (compile_ahead.py), and why no case waits for it.
 
-The plugin asks `plan` at configure time (the controller): `--compile-ahead=off`, a manifest's path,
-or auto - the shipped manifest of the GPU class and the installed Triton, for the run it was
-recorded from only (the shipped kernels on the whole parity suite, their source unchanged). `start`
-launches the pool in a process group of its own at the lowest CPU priority, and `stop` ends the
-group when the run ends.
+The plugin asks `plan` at configure time (the controller): `--compile-ahead=off` (the default), a
+manifest's path, or auto - the shipped manifest of the GPU class and the installed Triton, for the
+run it was recorded from only (the shipped kernels on the whole parity suite, their source
+unchanged). `start` launches the pool in a process group of its own at the lowest CPU priority,
+and `stop` ends the group when the run ends.
 
 The cases do not wait for the pool. They compile what they need when they need it, as without a
-pool; the pool, at nice 19, takes only the cores they leave idle (a cold main job on a 16-core host
-keeps ~11 of them busy) and fills Triton's cache ahead of them. A variant the pool finds already
-cached (a case compiled it, or a warm cache) costs it a file read. Waiting for the whole pool first
-was measured and dropped (docs/compile-ahead.md): the 12 workers idled through its 25-45 s, and a
-warm run waited ~10 s for a pool with nothing to compile.
+pool; the pool, at nice 19, takes only the cores they leave idle and fills Triton's cache ahead of
+them. A variant already cached (a case compiled it first, or a warm cache) costs it a file read.
+
+Why off by default (docs/compile-ahead.md has the runs): on a lent H100 a pool every case waited
+for made the cold main job slower (56.6 s against 49.8 s without one), and a warm one waited ~8 s
+for a pool with nothing to compile; on another, this background pool was worth -1.3 s cold and
++1.5 s warm. Each worker's first cases need their variants at once, so the critical path is the
+workers' own first compiles either way.
 """
 from __future__ import annotations
 
@@ -84,13 +87,13 @@ def misfit(manifest: dict, gpu_class: str, target: Optional[dict]) -> Optional[s
 
 
 def plan(config, state, target: Optional[dict] = None) -> tuple[Optional[pathlib.Path], str]:
-    """(manifest to compile ahead from, or None; why). `--compile-ahead`: off; a manifest's path
-    (any run; on a GPU it must fit it, else a usage error); auto (default): the shipped manifest,
+    """(manifest to compile ahead from, or None; why). `--compile-ahead`: off (default); a manifest's
+    path (any run; on a GPU it must fit it, else a usage error); auto: the shipped manifest,
     on a GPU, for the run it was recorded from - the shipped kernels on the whole parity suite,
     their source as recorded. `target`: the GPU's (default: Triton's active driver's)."""
-    choice = config.getoption("--compile-ahead") or "auto"
+    choice = config.getoption("--compile-ahead") or "off"
     if choice == "off":
-        return None, "off (--compile-ahead=off)"
+        return None, "off (--compile-ahead=auto or a manifest's path turns it on)"
     on_gpu = state.device != "cpu"
     if on_gpu and target is None:
         target = live_target()

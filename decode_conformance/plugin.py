@@ -51,9 +51,9 @@ def pytest_addoption(parser):
                      "a hung case ends the whole run (tracebacks dumped)")
     g.addoption("--compile-ahead", default=None, metavar="auto|off|MANIFEST",
                 help="compile the run's Triton variants in the background on the host's idle cores (compile_ahead.py): "
-                     "auto (default) from the shipped manifest of this GPU class and Triton version when the run "
-                     "is the one it was recorded from (the shipped kernels on the whole parity set); off; or a "
-                     "manifest's path")
+                     "off (default: measured no faster, docs/compile-ahead.md); auto: the shipped manifest of this "
+                     "GPU class and Triton version when the run is the one it was recorded from (the shipped kernels "
+                     "on the whole parity set); or a manifest's path")
     from . import fuzz_options, perf_options
     perf_options.add_options(g)
     fuzz_options.add_options(g)

@@ -154,7 +154,7 @@ def test_a_bad_manifest_names_the_field(tmp_path, change, field):
 
 
 def _config(args=("suites/parity",), **opts):
-    values = {"--compile-ahead": None, "--kernel": [], "keyword": "", "markexpr": "", **opts}
+    values = {"--compile-ahead": "auto", "--kernel": [], "keyword": "", "markexpr": "", **opts}
     option = types.SimpleNamespace(lf=False, pyargs=values.pop("pyargs", False), splits=values.pop("splits", None),
                                    deselect=values.pop("deselect", None), ignore=None, ignore_glob=None, stepwise=False)
     return types.SimpleNamespace(getoption=values.get, option=option, args=list(args))
@@ -182,7 +182,8 @@ def test_plan_uses_the_shipped_manifest_only_for_the_run_it_was_recorded_from(tm
     assert plan(_config(args=["decode_conformance.suites.parity"], pyargs=True), _state(), target=SM90)[0] == shipped
     for config, state, target, why in [
         (_config(), _state(device="cpu"), None, "interpreter"),
-        (_config(**{"--compile-ahead": "off"}), _state(), SM90, "--compile-ahead=off"),
+        (_config(**{"--compile-ahead": "off"}), _state(), SM90, "off (--compile-ahead=auto"),
+        (_config(**{"--compile-ahead": None}), _state(), SM90, "off (--compile-ahead=auto"),  # the default
         (_config(**{"--kernel": ["mine:k"]}), _state(), SM90, "a --kernel selection"),
         (_config(keyword="mla"), _state(), SM90, "not the whole parity suite"),
         (_config(splits=2), _state(), SM90, "not the whole parity suite"),
