@@ -11,10 +11,10 @@ pool; the pool, at nice 19, takes only the cores they leave idle and fills Trito
 them. A variant already cached (a case compiled it first, or a warm cache) costs it a file read.
 
 Why off by default (docs/compile-ahead.md has the runs): on a lent H100 a pool every case waited
-for made the cold main job slower (56.6 s against 49.8 s without one), and a warm one waited ~8 s
-for a pool with nothing to compile; on another, this background pool was worth -1.3 s cold and
-+1.5 s warm. Each worker's first cases need their variants at once, so the critical path is the
-workers' own first compiles either way.
+for made the cold main job slower (56.6 s against 49.8 s without one), and a warm run waited for a
+pool with nothing to compile; on another, this background pool was worth -1.3 s cold and +1.5 s
+warm. Each worker's first cases need their variants at once, so the critical path is the workers'
+own first compiles either way.
 """
 from __future__ import annotations
 

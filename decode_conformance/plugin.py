@@ -49,7 +49,7 @@ def pytest_addoption(parser):
                 help="per-case time limit (0 = none; default 600 on a GPU, 900 on cpu). Under "
                      "--isolation=process a case past it fails and the run goes on; under --isolation=none "
                      "a hung case ends the whole run (tracebacks dumped)")
-    g.addoption("--compile-ahead", default=None, metavar="auto|off|MANIFEST",
+    g.addoption("--compile-ahead", default=None, metavar="off|auto|MANIFEST",
                 help="compile the run's Triton variants in the background on the host's idle cores (compile_ahead.py): "
                      "off (default: measured no faster, docs/compile-ahead.md); auto: the shipped manifest of this "
                      "GPU class and Triton version when the run is the one it was recorded from (the shipped kernels "
