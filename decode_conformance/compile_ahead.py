@@ -1,10 +1,13 @@
-"""Compile ahead: a cold run's Triton variants compiled in parallel on the host's idle cores.
+"""Compile ahead: a run's Triton variants, compiled once each, in parallel, from a recorded list.
 
 A cold main job is mostly Triton compiling (docs/gpu-runs/2026-12-02-h200-s16: 563 compiles,
 418 s over 12 workers, out of a 61 s run). Each worker compiles the variants its own cases
 need, one after another, and several workers compile the same one. Given the list of variants
 a run needs, the cores the workers leave idle can compile each of them once, ahead of the cases
-that will ask for them; those cases then find their binary in Triton's on-disk cache.
+that will ask for them; those cases then find their binary in Triton's on-disk cache. Measured
+on lent 16-core GPU hosts, that made a run no faster, so a run has no pool unless asked
+(compile_ahead_run.py). Filling a cache on a machine without a GPU, ahead of a batch of runs,
+is the other use (`precompile`).
 
 The list is a *manifest*, recorded from a run on the GPU class it is for:
   - `install_recorder(DIR)` hangs on Triton's JIT hooks in a process and writes one JSON line
@@ -292,7 +295,7 @@ def main(argv=None) -> int:
         return 0
     try:
         summary = precompile(load_manifest(a.manifest), a.jobs, a.nice, progress=_log_progress)
-    except Exception as e:  # the waiting processes must hear of it, not time out
+    except Exception as e:  # the run's summary line says why, not a bare exit code
         summary = {"error": f"the compile-ahead pool failed: {type(e).__name__}: {e}"}
     if a.done:
         tmp = pathlib.Path(a.done + ".tmp")
