@@ -92,9 +92,10 @@ def plan(config, state, target: Optional[dict] = None) -> tuple[Optional[pathlib
     on a GPU, for the run it was recorded from - the shipped kernels on the whole parity suite,
     their source as recorded. `target`: the GPU's (default: Triton's active driver's)."""
     choice = config.getoption("--compile-ahead") or "off"
-    if choice == "off":
-        return None, "off (--compile-ahead=auto or a manifest's path turns it on)"
     on_gpu = state.device != "cpu"
+    if choice == "off":
+        return None, ("off (--compile-ahead=auto or a manifest's path turns it on)" if on_gpu
+                      else "off (the CPU interpreter compiles nothing)")
     if on_gpu and target is None:
         target = live_target()
     if choice != "auto":  # asked for by name: also on the CPU, where nothing uses it but the wiring is tested

@@ -184,6 +184,7 @@ def test_plan_uses_the_shipped_manifest_only_for_the_run_it_was_recorded_from(tm
         (_config(), _state(device="cpu"), None, "interpreter"),
         (_config(**{"--compile-ahead": "off"}), _state(), SM90, "off (--compile-ahead=auto"),
         (_config(**{"--compile-ahead": None}), _state(), SM90, "off (--compile-ahead=auto"),  # the default
+        (_config(**{"--compile-ahead": None}), _state(device="cpu"), None, "off (the CPU interpreter"),
         (_config(**{"--kernel": ["mine:k"]}), _state(), SM90, "a --kernel selection"),
         (_config(keyword="mla"), _state(), SM90, "not the whole parity suite"),
         (_config(splits=2), _state(), SM90, "not the whole parity suite"),
