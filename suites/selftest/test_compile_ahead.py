@@ -229,27 +229,31 @@ def _slow_manifest(tmp_path) -> pathlib.Path:
     return _manifest(tmp_path / "slow.json", entries=[{"fn": "ca_slow:k", "hash": "h", "data": "{}"}])
 
 
+def _stat(pid) -> list:
+    """/proc/PID/stat's fields after the command name (state first, then ppid, ...); [] when gone."""
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def _children(pid: int) -> list[int]:
-    out = []
-    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
+    return [int(p.name) for p in pathlib.Path("/proc").glob("[0-9]*") if _stat(p.name)[1:2] == [str(pid)]]
 
 
 def _running(pid: int) -> bool:
-    try:
-        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
+    return _stat(pid)[:1] not in ([], ["Z"], ["X"])
 
 
 def _nice(pid: int) -> int:
-    return int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+    return int(_stat(pid)[16])
+
+
+def _cmdline(path: pathlib.Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:  # the process ended while the folder was listed
+        return ""
 
 
 def test_summary_line_counts_stale_and_failed_entries():
@@ -307,5 +311,5 @@ def test_cases_do_not_wait_for_the_pool_and_the_run_reports_it(tmp_path):
     assert "1 passed" in run.stdout
     assert took < 100, f"the run took {took:.0f} s: its case waited for the pool"
     assert "compile ahead: the pool had not finished when the cases had" in run.stdout, run.stdout[-2000:]
-    left = [p for p in pathlib.Path("/proc").glob("[0-9]*/cmdline") if str(manifest) in p.read_text(errors="replace")]
+    left = [p for p in pathlib.Path("/proc").glob("[0-9]*/cmdline") if str(manifest) in _cmdline(p)]
     assert not left, "the pool outlived the run"
