@@ -16,7 +16,7 @@ import importlib
 import os
 import traceback
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Protocol, runtime_checkable
+from typing import Callable, Optional, Protocol, runtime_checkable
 
 from .batch import DecodeBatch
 from .cases import DTYPES, LAYOUTS, WINDOW_CONVENTIONS, Case

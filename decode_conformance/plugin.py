@@ -14,8 +14,6 @@ import os
 
 import pytest
 
-from . import hardware
-
 STATE = pytest.StashKey["object"]()
 REPORT = pytest.StashKey["object"]()
 _WORKER_FLAG = "decode_conformance"

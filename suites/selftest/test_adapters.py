@@ -13,7 +13,6 @@ a GPU and the real packages.
 from __future__ import annotations
 
 import importlib.util
-import math
 import sys
 import types
 

@@ -17,7 +17,7 @@ import re
 import pytest
 
 from decode_conformance.ledger import Entry, Ledger, default_ledger_paths
-from suites.selftest._subpytest import GOOD, PARITY, ROOT, faulty, run_pytest, small_case_ids
+from suites.selftest._subpytest import GOOD, PARITY, faulty, run_pytest, small_case_ids
 from suites.selftest.faulty_kernels import MARKER_DIR_ENV
 
 ISSUE = "https://github.com/example/kernels/issues/1"
