@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from . import regressions
-from .cases import KEYS_MATTER, Case, window_for
+from .cases import KEYS_MATTER, QUERY_SCALAR_RATIO, Case, window_for
 from .kernel_api import Capabilities
 from .pairwise import Constraint, CoveringProblem
 
@@ -55,6 +55,8 @@ AXES: dict[str, tuple[str, ...]] = {
     "sinks": ("off", "on"),
     "lengths": ("zero-one", "long-short", "all-long", "split-edge"),
     "data": ("structured", "large-scores", "late-spike", "large-v", "randn", "low-scores", "zero-q", "huge-scores"),
+    "inputs": ("packed", "q-strided", "table-wide", "v-head-major"),
+    "scale": ("head-dim", "query-scalar"),
 }
 AXIS_DOCS = {
     "kv_dtype": "KV cache dtype (fp8 caches pair with bf16 queries and non-unit, unequal k/v scales)",
@@ -78,6 +80,10 @@ AXIS_DOCS = {
             "request, on every other row); large-v (V near the top of the storage type); randn; low-scores "
             "(~ -5e5); zero-q; huge-scores (soft-capped). Long requests only under the kinds where every key "
             "matters (cases.KEYS_MATTER)",
+    "inputs": "how the tensors are handed over (cases.INPUT_FORMS): packed; q a view into a fused qkv row; a "
+              "block table wider than the batch needs; V stored head-major behind its view, K not",
+    "scale": "the softmax scale: the head dim's (MLA: the pre-absorption dim's), or that times sqrt(128/144) "
+             "(Gemma-2 27B's query_pre_attn_scalar), so a kernel must take sm_scale rather than derive it",
 }
 MLA_SHAPES = {"mla576": (576, 512), "mla288": (288, 256)}
 
@@ -184,7 +190,9 @@ def _value_fields(axis: str, value: str, profile: str) -> dict:
         return {"sinks": value == "on"}
     if axis == "data":
         return {"data": value}
-    return {}  # lengths, window_start, window_keys: sizes, not capabilities
+    if axis == "inputs":
+        return {"inputs": value}
+    return {}  # lengths, window_start, window_keys: sizes; scale: from the other fields (_unseeded)
 
 
 def _smallest_at_least(lo: int, residue: int, modulus: int) -> int:
@@ -255,6 +263,8 @@ def _unseeded(recipe: dict, profile: str) -> Optional[Case]:
     fields["window"] = window_for(vis, recipe["window"])
     try:
         case = Case(**fields)
+        if recipe["scale"] == "query-scalar":
+            case = case.replace(scale=case.sm_scale * QUERY_SCALAR_RATIO)
     except ValueError:
         return None
     if classify(case, profile) != dict(recipe):
@@ -312,6 +322,11 @@ def classify(case: Case, profile: str) -> dict[str, str]:
     out["sinks"] = "on" if case.sinks else "off"
     out["lengths"] = _regime(case.seq_lens, profile)
     out["data"] = case.data
+    out["inputs"] = case.inputs
+    if case.scale is None:
+        out["scale"] = "head-dim"
+    elif math.isclose(case.scale, case.replace(scale=None).sm_scale * QUERY_SCALAR_RATIO, rel_tol=1e-9):
+        out["scale"] = "query-scalar"
     return {a: v for a, v in out.items() if v is not None and v in AXES[a]}
 
 
@@ -325,7 +340,7 @@ def constraints() -> tuple[Constraint, ...]:
     def shape_ok(regime, layout, window, wstart, wkeys):
         recipe = dict(kv_dtype="bf16", layout=layout, heads="g2", head_dim="d64", window=window,
                       window_start=wstart, window_keys=wkeys, softcap="off", sinks="off", lengths=regime,
-                      data="structured")
+                      data="structured", inputs="packed", scale="head-dim")
         return all(_unseeded(recipe, p) is not None for p in PROFILES)
 
     return (
@@ -334,6 +349,16 @@ def constraints() -> tuple[Constraint, ...]:
         Constraint.from_predicate(AXES, ("layout", "head_dim"),
                                   lambda lay, hd: not (lay.endswith("-kv2") and hd in MLA_SHAPES),
                                   "interleaved K/V pages hold separate K and V: not MLA"),
+        Constraint.from_predicate(AXES, ("inputs", "head_dim"),
+                                  lambda inp, hd: not (inp == "v-head-major" and hd in MLA_SHAPES),
+                                  "MLA's V is K's view: it has no layout of its own"),
+        Constraint.from_predicate(AXES, ("inputs", "heads"), lambda inp, h: not (inp == "v-head-major" and h == "mqa"),
+                                  "with one KV head, head-major V is the same memory order"),
+        Constraint.from_predicate(AXES, ("inputs", "layout"),
+                                  lambda inp, lay: not (inp == "v-head-major" and lay in ("contig", "paged1",
+                                                                                          "paged16-kv2")),
+                                  "V head-major needs a V tensor of its own with pages of more than one slot "
+                                  "(with one, head-major is the same memory order)"),
         Constraint.from_predicate(AXES, ("data", "softcap"), lambda d, cap: not (d == "huge-scores" and cap == "off"),
                                   "huge-scores tests the soft-cap's overflow: it needs a cap"),
         # A long row under a kind where keys weigh alike or the output averages to ~0 would let a
@@ -427,7 +452,7 @@ def parity_keys(profile: str) -> dict[str, str]:
 def product_grid(profile: str) -> list[Case]:
     out = []
     fixed = dict(window="none", window_start="-", window_keys="-", softcap="off", sinks="off", lengths="long-short",
-                 data="structured")
+                 data="structured", inputs="packed", scale="head-dim")
     for dt in AXES["kv_dtype"]:
         for lay in AXES["layout"]:
             for heads in AXES["heads"]:

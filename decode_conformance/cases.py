@@ -29,12 +29,35 @@ FP8_SCALES = (0.4375, 1.6875)
 
 LAYOUTS = ("contig", "paged")
 
+# How the engine hands the tensors over, beyond their values. A serving engine rarely passes
+# packed tensors: q is a slice of the fused qkv projection (sglang #7462, vllm-xpu-kernels #318
+# fixed kernels that assumed a packed q), the page table is as wide as the longest request the
+# engine allows (vLLM's block table), and a cache may be stored head-major behind the view the
+# kernel is given (vllm-xpu-kernels #449 read V with K's strides). Each form changes one thing.
+INPUT_FORMS = {
+    "packed": "q, block_table and both caches packed as the batch needs them",
+    "q-strided": "q [B, Hq, Dk] a view into a fused qkv row of (Hq + 2 Hkv) x Dk elements, its K and V "
+                 "parts NaN: a kernel that assumes q.stride(0) == Hq x Dk reads NaN",
+    "table-wide": "block_table 2 x max_pages + 3 columns wide (unused columns the null page): a kernel that "
+                  "derives a row's offset from the lengths instead of block_table.stride(0) reads another "
+                  "request's pages",
+    "v-head-major": "V stored [pages, Hkv, P, Dv] behind the [pages, P, Hkv, Dv] view, K as usual: V's strides "
+                    "are not K's",
+}
+
+# Gemma-2 27B scales scores by 1/sqrt(query_pre_attn_scalar = 144) at head dim 128: the case
+# scale axis's "query-scalar" value is a case's own default times this ratio, so a kernel that
+# computes the scale from the head dim instead of taking sm_scale is off by ~6 % in every score.
+QUERY_SCALAR_RATIO = math.sqrt(128 / 144)
+
 # How the inputs are drawn. Each names the property it provokes, and the bug class it is for.
 DATA_KINDS = {
     "structured": "every key matters: scores and V share a per-key factor with a trend over the request, V has a "
                   "non-zero mean, so outputs do not average to ~0 and attention is neither uniform nor one-hot",
     "randn": "q, K, V ~ N(0, 1)",
-    "low-scores": "q = +64, K = -64: every score near -5e5 (flashinfer #4267 finite -5e4 running max)",
+    "low-scores": "q zero but one coordinate (up to 6e4), K = -64: every score between -2e5 and -5e5 and equal in "
+                  "fp32 under any summation order, so the answer is the mean of V (flashinfer #4267 finite -5e4 "
+                  "running max)",
     "zero-q": "q = 0: exact answer is the mean of the visible V rows (flashinfer #3716 padding lanes)",
     "huge-scores": "scores far above 88 x softcap (vLLM #56578 tanh overflow)",
     "large-scores": "structured, every raw score lifted by about +96 with no soft-cap needed: exp(s) overflows "
@@ -118,6 +141,7 @@ class Case:
     scale: Optional[float] = None
     # (k_scale, v_scale) of the cache; None: FP8_SCALES for fp8 caches, (1, 1) otherwise.
     kv_scales: Optional[tuple[float, float]] = None
+    inputs: str = "packed"  # INPUT_FORMS: how the tensors are laid out when handed over
     note: str = field(default="", compare=False)  # why the case exists; shown on failure
 
     def __post_init__(self):
@@ -150,6 +174,11 @@ class Case:
             if self.v_head_dim >= self.head_dim:
                 raise _fail("v_head_dim", f"< head_dim={self.head_dim} for MLA (rope part after the latent)",
                             self.v_head_dim)
+        if self.inputs not in INPUT_FORMS:
+            raise _fail("inputs", f"one of {sorted(INPUT_FORMS)}", self.inputs)
+        if self.inputs == "v-head-major" and (self.mla or self.combined_kv):
+            raise _fail("inputs", "'v-head-major' only where V is a tensor of its own (not MLA, not combined_kv)",
+                        self.inputs)
         if self.combined_kv and (self.mla or self.v_head_dim != self.head_dim or self.layout != "paged"):
             raise _fail("combined_kv", "a paged, non-MLA case with v_head_dim == head_dim", self.combined_kv)
         if not self.seq_lens:
@@ -283,6 +312,8 @@ class Case:
             parts.append(f"scale{self.scale:.6g}")
         if self.kv_scales is not None:
             parts.append(f"kvs{self.kv_scales[0]:.6g},{self.kv_scales[1]:.6g}")
+        if self.inputs != "packed":
+            parts.append(self.inputs)
         parts.append(f"s{self.seed}")
         return "-".join(parts)
 

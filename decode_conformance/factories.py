@@ -192,16 +192,18 @@ def _values(case: Case, n_tokens: int, gen, device):
     k = _randn((n_tokens, Hkv, k_width), gen, device)
     v = None if case.mla else _randn((n_tokens, Hkv, Dv), gen, device)
     if case.data == "low-scores":
-        # Raw scores about -5e5 after scaling: below the finite -5e4 running-max start of
-        # flashinfer #4267, and all equal, so the answer is exactly the mean of visible V.
-        q_val = min(5e5 / (64.0 * Dk * case.sm_scale), 6e4)
-        q = torch.full_like(q, q_val)
+        # Raw scores of -2e5 to -5e5 after scaling: below the finite -5e4 running-max start of
+        # flashinfer #4267, and all equal, so the answer is exactly the mean of visible V. Equal
+        # in fp32 too, whatever the kernel's arithmetic: one coordinate of q carries the score
+        # (the others 0), so each key's score is one product, rounded the same way for every
+        # key under any summation order or prescaled q. Spread over Dk coordinates, a kernel
+        # that prescales q sums Dk rounded terms, in an order that can differ between keys
+        # (tile tails), and at |s| ~ 5e5 one fp32 step (0.03) misweighs keys by several %.
+        q = torch.zeros_like(q)
+        q[..., -1] = min(5e5 / (64.0 * case.sm_scale), 6e4)
         k = torch.full_like(k, -64.0)
         if case.mla:  # V columns of K must still vary for the mean to be informative
             k[..., :Dv] = _randn((n_tokens, Hkv, Dv), gen, device)
-            q[..., :Dv] = 0.0
-            q[..., Dv:] = min(5e5 / (64.0 * (Dk - Dv) * case.sm_scale), 6e4)
-            k[..., Dv:] = -64.0
     elif case.data == "zero-q":
         q = torch.zeros_like(q)
     elif case.data == "huge-scores":
@@ -243,7 +245,12 @@ def build(case: Case, device="cpu", seed: int | None = None) -> DecodeBatch:
         k_pool, v_pool = kv[:, 0], kv[:, 1]
     else:
         k_pool = pool((pool_pages, P, Hkv, Dk))
-        v_pool = None if case.mla else pool((pool_pages, P, Hkv, Dv))
+        if case.mla:
+            v_pool = None
+        elif case.inputs == "v-head-major":  # stored [pages, Hkv, P, Dv], handed over as the usual view
+            v_pool = pool((pool_pages, Hkv, P, Dv)).permute(0, 2, 1, 3)
+        else:
+            v_pool = pool((pool_pages, P, Hkv, Dv))
 
     if big:
         lo = max(0, (int(flat_slots.min()) if n_tokens else 0) // P - 1)
@@ -265,13 +272,20 @@ def build(case: Case, device="cpu", seed: int | None = None) -> DecodeBatch:
     indptr = torch.zeros(case.batch + 1, dtype=torch.int32, device=device)
     indptr[1:] = torch.cumsum(lens, 0).to(torch.int32)
     max_pages = max(1, max(len(pl) for pl in page_lists))
-    block_table = torch.zeros((case.batch, max_pages), dtype=torch.int32, device=device)
+    width = 2 * max_pages + 3 if case.inputs == "table-wide" else max_pages
+    block_table = torch.zeros((case.batch, width), dtype=torch.int32, device=device)
     for b, pl in enumerate(page_lists):
         block_table[b, :len(pl)] = pl.to(torch.int32)
 
     sinks = _randn((case.num_q_heads,), gen, device) * 2.0 if case.sinks else None
+    q = q.to(q_dtype).contiguous()
+    if case.inputs == "q-strided":  # the q part of a fused qkv row; its K and V parts NaN
+        B, Hq = case.batch, case.num_q_heads
+        fused = torch.full((B, (Hq + 2 * Hkv) * Dk), float("nan"), dtype=q_dtype, device=device)
+        fused[:, :Hq * Dk] = q.reshape(B, Hq * Dk)
+        q = fused[:, :Hq * Dk].view(B, Hq, Dk)
     return DecodeBatch(
-        q=q.to(q_dtype).contiguous(),
+        q=q,
         k_cache=k_pool,
         v_cache=v_pool_view,
         kv_indptr=indptr,

@@ -146,6 +146,18 @@ REGRESSIONS: list[Regression] = [
         # One KV head on the interpreter: the split count is the point, not the head count.
         lambda p: [_c(_big(p, (8191,), (131072,)), num_splits=s, head_dim=128,
                       **(dict(num_q_heads=4, num_kv_heads=1) if p == "interpreter" else {})) for s in (8, 128)]),
+    Regression(
+        "sinkmax", "sgl-project/sgl-kernel-xpu PR #235 (shipped, fixed there); caught in review: flashinfer "
+                   "PR #5119 (fix d622391f), fla-org/flash-linear-attention PR #831",
+        "the sink's exp taken against a max of the keys' scores alone: a sink far above every score (or a "
+        "split whose keys are all masked) overflowed exp(sink - max) to inf, giving inf or NaN in the LSE, "
+        "the output, or the split merge",
+        "sinks with every score near -5e5 and no soft-cap (sink - max ~ 5e5): alone, split, beside an empty "
+        "row, and under a window that leaves the leading splits without a key",
+        lambda p: [_c(_big(p, (300, 0, 33), (8193, 0, 33)), data="low-scores", sinks=True),
+                   _c(_big(p, (300, 0, 40), (8193, 0, 40)), data="low-scores", sinks=True, num_splits=8),
+                   _c(_big(p, (600, 17), (40000, 17)), data="low-scores", sinks=True, num_splits=8,
+                      window=_big(p, 45, 300))]),
 ]
 
 

@@ -67,9 +67,13 @@ def cache_addressing(cache) -> tuple[int, int, int, int, int]:
 
 def pair_addressing(k_cache, v_cache) -> tuple[int, tuple, tuple]:
     """(page_size, K strides, V strides), strides as (page, token, head, d): K and V addressed by
-    one page size, or ValueError."""
+    one page size, or ValueError. When only one of them has evenly spaced slots (V stored
+    head-major behind its view, K not), both are addressed by their pages."""
     kpage, *k_strides = cache_addressing(k_cache)
     vpage, *v_strides = cache_addressing(v_cache)
-    if kpage != vpage:
-        raise ValueError("k_cache and v_cache must share a page size")
-    return kpage, tuple(k_strides), tuple(v_strides)
+    if kpage == vpage:
+        return kpage, tuple(k_strides), tuple(v_strides)
+    if k_cache.dim() == 4 and v_cache.dim() == 4 and k_cache.shape[1] == v_cache.shape[1]:
+        return k_cache.shape[1], tuple(k_cache.stride()), tuple(v_cache.stride())
+    raise ValueError(f"k_cache and v_cache must share a page size: got pages of {tuple(k_cache.shape[:2])} "
+                     f"and {tuple(v_cache.shape[:2])}")

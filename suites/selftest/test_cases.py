@@ -29,6 +29,9 @@ GOOD = dict(kv_dtype="bf16", num_q_heads=8, num_kv_heads=2, head_dim=64, seq_len
     (dict(scale=float("nan")), "scale"),
     (dict(kv_scales=(1.0,)), "kv_scales"),
     (dict(kv_scales=(1.0, -2.0)), "kv_scales"),
+    (dict(inputs="strided"), "inputs"),
+    (dict(inputs="v-head-major", mla=True, num_q_heads=16, num_kv_heads=1, head_dim=576, v_head_dim=512), "inputs"),
+    (dict(inputs="v-head-major", combined_kv=True), "inputs"),
 ])
 def test_impossible_case_names_the_field(change, field):
     with pytest.raises(ValueError, match=rf"Case\.{field}: expected"):

@@ -25,7 +25,7 @@ FP16_MAX = torch.finfo(torch.float16).max
 def _recipe(data: str, kv_dtype: str = "bf16", head_dim: str = "d64", lengths: str = "all-long") -> Case:
     case = cs.realize(dict(kv_dtype=kv_dtype, layout="paged16", heads="g2", head_dim=head_dim, window="none",
                            window_start="-", window_keys="-", softcap="off", sinks="off", lengths=lengths,
-                           data=data), "interpreter")
+                           data=data, inputs="packed", scale="head-dim"), "interpreter")
     assert case is not None, data
     return case
 

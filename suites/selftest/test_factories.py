@@ -17,7 +17,8 @@ def _case(**kw):
 
 @pytest.mark.parametrize("kw", [dict(), dict(layout="contig", page_size=1), dict(page_size=1),
                                 dict(kv_dtype="e4m3", page_size=64), dict(combined_kv=True, page_size=4),
-                                dict(mla=True, num_q_heads=16, num_kv_heads=1, head_dim=576, v_head_dim=512)])
+                                dict(mla=True, num_q_heads=16, num_kv_heads=1, head_dim=576, v_head_dim=512),
+                                dict(inputs="q-strided"), dict(inputs="table-wide"), dict(inputs="v-head-major")])
 def test_views_agree_and_unowned_slots_are_nan(kw):
     c = _case(**kw)
     b = build(c)
@@ -75,3 +76,22 @@ def test_big_pool_places_pages_past_2_31_bytes():
     b = build(c)
     elem_offset = int(b.kv_indices.min()) * b.k_slots().stride(0)
     assert elem_offset >= 2**31, "the overflow case must put used keys past int32 element offsets"
+
+
+def test_each_input_form_changes_its_one_tensor_and_keeps_the_values():
+    packed = build(_case())
+    q_strided, wide, v_major = (build(_case(inputs=f)) for f in ("q-strided", "table-wide", "v-head-major"))
+    # q: a view into a fused qkv row whose K and V parts are NaN; the same values
+    B, Hq, Dk = packed.q.shape
+    assert q_strided.q.stride() == ((Hq + 2 * 2) * Dk, Dk, 1) and not q_strided.q.is_contiguous()
+    row = torch.as_strided(q_strided.q, (B, (Hq + 4) * Dk), (q_strided.q.stride(0), 1))
+    assert torch.isnan(row[:, Hq * Dk:]).all() and torch.equal(q_strided.q, packed.q)
+    # block table: 2 x max_pages + 3 columns, the extra ones the null page; the same pages
+    pages = packed.block_table.shape[1]
+    assert wide.block_table.shape == (B, 2 * pages + 3) and (wide.block_table[:, pages:] == 0).all()
+    assert torch.equal(wide.block_table[:, :pages], packed.block_table)
+    # V: head-major storage behind the usual view, K untouched; the same values in every slot
+    assert v_major.v_cache.shape == packed.v_cache.shape and v_major.v_cache.stride() != v_major.k_cache.stride()
+    assert v_major.v_cache.permute(0, 2, 1, 3).is_contiguous()
+    assert torch.equal(v_major.v_slots().nan_to_num(7.0), packed.v_slots().nan_to_num(7.0))
+    assert v_major.k_cache.stride() == packed.k_cache.stride()

@@ -14,7 +14,7 @@ import pytest
 
 from decode_conformance import fuzz as fz
 from decode_conformance.case_sets import build_set
-from decode_conformance.cases import Case
+from decode_conformance.cases import INPUT_FORMS, Case
 from suites.selftest._subpytest import ROOT, run_pytest
 
 OOT = ROOT / "suites" / "selftest" / "oot"
@@ -44,8 +44,8 @@ def _sample(caps, n=150, seed=3):
 
 def test_strategy_draws_valid_cases_across_the_axes():
     from decode_conformance.kernel_api import Capabilities
-    cases = _sample(Capabilities(num_splits=True))
-    assert len(cases) >= 100 and all(isinstance(c, Case) for c in cases)
+    cases = _sample(Capabilities(num_splits=True), n=400)
+    assert len(cases) >= 300 and all(isinstance(c, Case) for c in cases)
     groups = {c.group for c in cases if not c.mla}
     assert {1, 3, 5, 6, 7} & groups and any(g % 2 for g in groups if g > 1)
     assert any(c.mla for c in cases) and any(c.num_kv_heads == 1 and not c.mla for c in cases)
@@ -58,6 +58,13 @@ def test_strategy_draws_valid_cases_across_the_axes():
     assert any(c.scale is not None for c in cases) and any(c.kv_scales is not None for c in cases)
     assert any(c.softcap for c in cases) and any(c.sinks for c in cases) and any(c.num_splits for c in cases)
     assert {c.data for c in cases} >= {"structured", "randn"}
+    assert {c.inputs for c in cases} >= set(INPUT_FORMS) - {"v-head-major"}
+    # head-major V needs a V of its own, pages of several slots and several KV heads: drawn
+    # where the kernel's capabilities leave only such cases
+    paged = _sample(Capabilities(mla=False, layouts=frozenset({"paged"}), page_sizes=frozenset({16})), n=100)
+    assert any(c.inputs == "v-head-major" for c in paged)
+    assert all(not c.mla and not c.combined_kv and c.num_kv_heads > 1 for c in cases + paged
+               if c.inputs == "v-head-major")
 
 
 def test_strategy_stays_within_capabilities():
@@ -75,18 +82,21 @@ def test_correct_kernel_passes():
     assert out.examples_run >= 25
 
 
-def test_parity_misses_the_planted_bug():
-    """Every parity case uses the shapes' default softmax scale, the one the planted kernel
-    re-derives, so the planted kernel computes exactly what the correct one does there."""
-    for profile in ("interpreter", "gpu"):
-        for c in build_set("parity", profile):
-            assert c.scale is None, c.id
-            fake = types.SimpleNamespace(v_from_k=c.mla, head_dim=c.head_dim, v_head_dim=c.v_head_dim)
-            assert math.isclose(toy_decode.shape_scale(fake), c.sm_scale, rel_tol=1e-12), c.id
+def test_parity_catches_the_planted_bug_since_the_scale_axis():
+    """The demo's planted kernel re-derives the softmax scale from the shapes. Until the parity
+    set had a scale axis (2026-12-05) every parity case used the shapes' default scale and the
+    planted kernel passed them all; fuzz mode was what found it. Now each profile's parity set
+    has cases at another scale, and the planted kernel fails them."""
     from decode_conformance.runner import run_case
+    for profile in ("interpreter", "gpu"):
+        other = [c for c in build_set("parity", profile) if c.scale is not None]
+        assert len(other) >= 8, profile
+        for c in other:
+            fake = types.SimpleNamespace(v_from_k=c.mla, head_dim=c.head_dim, v_head_dim=c.v_head_dim)
+            assert not math.isclose(toy_decode.shape_scale(fake), c.sm_scale, rel_tol=1e-3), c.id
     planted = toy_decode.IgnoresCallerScale()
-    for c in build_set("parity", "interpreter")[:12]:
-        assert run_case(planted, c, "cpu").ok, c.id
+    first = next(c for c in build_set("parity", "interpreter") if c.scale is not None and c.data != "zero-q")
+    assert not run_case(planted, first, "cpu").ok, first.id
 
 
 @pytest.fixture(scope="module")

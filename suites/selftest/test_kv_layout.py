@@ -39,6 +39,15 @@ def test_addressing_flattens_evenly_spaced_pages_only():
     assert kv_layout.cache_addressing(kv[:, 0]) == (16, 512, 16, 8, 1)
 
 
+def test_a_head_major_v_beside_an_evenly_spaced_k_is_addressed_by_its_pages():
+    k = torch.zeros(10, 16, 2, 8)  # evenly spaced slots: alone it would be slot-addressed
+    v = torch.zeros(10, 2, 16, 8).permute(0, 2, 1, 3)  # stored head-major, viewed [pages, P, Hkv, D]
+    assert kv_layout.pair_addressing(k, v) == (16, (256, 16, 8, 1), (256, 8, 128, 1))
+    assert kv_layout.pair_addressing(k, k) == (1, (16, 0, 8, 1), (16, 0, 8, 1))
+    with pytest.raises(ValueError, match=r"share a page size: got pages of \(10, 16\) and \(10, 8\)"):
+        kv_layout.pair_addressing(k, torch.zeros(10, 2, 8, 8).permute(0, 2, 1, 3))
+
+
 def test_both_kernel_families_use_the_shared_module(monkeypatch):
     assert tc.visible_arg is kv_layout.visible_arg and tc.cache_addressing is kv_layout.cache_addressing
     assert tc.head_tiling(128, 1) == kv_layout.head_tiling(128, 1, tc.MAX_HEADS_PER_TILE)

@@ -13,16 +13,25 @@ import torch
 
 from decode_conformance import Capabilities
 
-def decode(batch, *, compute=torch.float32, out=None, lse=None, drop_last=False):
+def decode(batch, *, compute=torch.float32, out=None, lse=None, drop_last=False, bug=None):
     """Writes batch.out / batch.lse (or `out` / `lse`), computing in `compute`. drop_last: a
-    planted off-by-one, the last key of every request is never read."""
-    q, bt = batch.q, batch.block_table.long()
+    planted off-by-one, the last key of every request is never read. bug: one of BUGS, a
+    planted mistake in how the kernel reads its inputs."""
+    q, bt, v_cache = batch.q, batch.block_table, batch.v_cache
     B, Hq, Dk = q.shape
     Hkv, Dv, P = batch.num_kv_heads, batch.v_head_dim, batch.page_size
+    if bug == "q_packed":  # rows of q assumed Hq x Dk apart
+        q = torch.as_strided(q, q.shape, (Hq * Dk, Dk, 1))
+    elif bug == "table_rows_from_lengths":  # a row of the page table assumed cdiv(max len, P) wide
+        width = max(1, -(-max(batch.seq_lens_host, default=0) // P))
+        bt = torch.as_strided(bt, (B, width), (width, 1))
+    elif bug == "v_with_k_strides":  # V addressed with K's strides
+        v_cache = torch.as_strided(v_cache, v_cache.shape, batch.k_cache.stride())
+    bt = bt.long()
     G = Hq // Hkv
     n = bt.shape[1] * P
     k = batch.k_cache[bt].reshape(B, n, Hkv, Dk)
-    v = batch.v_cache[bt].reshape(B, n, Hkv, Dv)
+    v = v_cache[bt].reshape(B, n, Hkv, Dv)
     pos = torch.arange(n, device=q.device)[None, :]
     length = batch.seq_lens.long()[:, None]
     start = (length - batch.window).clamp_min(0) if batch.window is not None else torch.zeros_like(length)
@@ -34,7 +43,7 @@ def decode(batch, *, compute=torch.float32, out=None, lse=None, drop_last=False)
         s = batch.softcap * torch.tanh(s / batch.softcap)
     s = torch.where(valid[:, None, None, :], s, float("-inf"))
     m = s.amax(-1, keepdim=True)
-    if batch.sinks is not None:
+    if batch.sinks is not None and bug != "sink_without_max":  # that bug: the keys' max alone
         m = torch.maximum(m, batch.sinks.to(compute).view(1, Hkv, G, 1))
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     p = torch.exp(s - m)
@@ -51,6 +60,9 @@ def decode(batch, *, compute=torch.float32, out=None, lse=None, drop_last=False)
 
 CAPS = Capabilities(window_convention="counts-current", cuda_graph_safe=True, deterministic=True,
                     batch_invariant=False)
+
+# Planted input-reading bugs (`decode(bug=...)`), each right on packed inputs; the classes below.
+BUGS = ("q_packed", "table_rows_from_lengths", "v_with_k_strides", "sink_without_max")
 
 
 class ToyDecode:
@@ -121,3 +133,38 @@ class DropsLastKey:
 
     def plan(self, batch):
         return lambda: decode(batch, drop_last=True)
+
+
+class _ReadsInputsWrong:
+    caps = CAPS
+    bug = None
+
+    def plan(self, batch):
+        return lambda: decode(batch, bug=self.bug)
+
+
+class AssumesPackedQ(_ReadsInputsWrong):
+    """q's rows taken as Hq x Dk apart: right for a packed q, NaN from a fused qkv row's K part
+    (sglang #7462, vllm-xpu-kernels #318)."""
+    name = "toy_assumes_packed_q"
+    bug = "q_packed"
+
+
+class TableRowsFromLengths(_ReadsInputsWrong):
+    """A page-table row taken as cdiv(longest request, page size) entries: right for a table
+    sized to the batch, another request's pages from a capacity-wide one (vLLM's)."""
+    name = "toy_table_rows_from_lengths"
+    bug = "table_rows_from_lengths"
+
+
+class VWithKStrides(_ReadsInputsWrong):
+    """V addressed with K's strides (vllm-xpu-kernels #449): right while both share a layout."""
+    name = "toy_v_with_k_strides"
+    bug = "v_with_k_strides"
+
+
+class SinkWithoutMax(_ReadsInputsWrong):
+    """The sink's exp taken against the keys' max alone (sgl-kernel-xpu #235): exp(sink - max)
+    overflows once the sink is more than ~88 above every score."""
+    name = "toy_sink_without_max"
+    bug = "sink_without_max"
