@@ -24,12 +24,8 @@ def _parity(pred) -> list:
 
 
 def _twin(case, **values):
-    """The same recipe with other axis values (a pairwise case), or the case with fields
-    replaced (a regression case)."""
-    recipe = cs.classify(case, PROFILE)
-    if case.label or len(recipe) != len(cs.AXES):
-        return case.replace(**values)
-    twin = cs.realize(dict(recipe, **values), PROFILE)
+    """The same pairwise recipe with other axis values (only pairwise cases carry these values)."""
+    twin = cs.realize(dict(cs.classify(case, PROFILE), **values), PROFILE)
     assert twin is not None, (case.id, values)
     return twin
 

@@ -15,8 +15,8 @@ from decode_conformance import Capabilities
 
 def decode(batch, *, compute=torch.float32, out=None, lse=None, drop_last=False, bug=None):
     """Writes batch.out / batch.lse (or `out` / `lse`), computing in `compute`. drop_last: a
-    planted off-by-one, the last key of every request is never read. bug: one of BUGS, a
-    planted mistake in how the kernel reads its inputs."""
+    planted off-by-one, the last key of every request is never read. bug: a planted mistake in
+    how the kernel reads its inputs, right on packed inputs (the `_ReadsInputsWrong` classes)."""
     q, bt, v_cache = batch.q, batch.block_table, batch.v_cache
     B, Hq, Dk = q.shape
     Hkv, Dv, P = batch.num_kv_heads, batch.v_head_dim, batch.page_size
@@ -60,9 +60,6 @@ def decode(batch, *, compute=torch.float32, out=None, lse=None, drop_last=False,
 
 CAPS = Capabilities(window_convention="counts-current", cuda_graph_safe=True, deterministic=True,
                     batch_invariant=False)
-
-# Planted input-reading bugs (`decode(bug=...)`), each right on packed inputs; the classes below.
-BUGS = ("q_packed", "table_rows_from_lengths", "v_with_k_strides", "sink_without_max")
 
 
 class ToyDecode:
