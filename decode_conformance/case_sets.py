@@ -78,7 +78,7 @@ AXIS_DOCS = {
     "data": "how q, K, V are drawn (cases.DATA_KINDS): structured (every key matters); large-scores (raw scores "
             "~ +96, past float32's exp range, no soft-cap); late-spike (keys ~100 nats above the rest late in the "
             "request, on every other row); large-v (V near the top of the storage type); randn; low-scores "
-            "(~ -5e5); zero-q; huge-scores (soft-capped). Long requests only under the kinds where every key "
+            "(-2e5 to -5e5); zero-q; huge-scores (soft-capped). Long requests only under the kinds where every key "
             "matters (cases.KEYS_MATTER)",
     "inputs": "how the tensors are handed over (cases.INPUT_FORMS): packed; q a view into a fused qkv row; a "
               "block table wider than the batch needs; V stored head-major behind its view, K not",
@@ -264,7 +264,7 @@ def _unseeded(recipe: dict, profile: str) -> Optional[Case]:
     try:
         case = Case(**fields)
         if recipe["scale"] == "query-scalar":
-            case = case.replace(scale=case.sm_scale * QUERY_SCALAR_RATIO)
+            case = case.replace(scale=case.default_scale * QUERY_SCALAR_RATIO)
     except ValueError:
         return None
     if classify(case, profile) != dict(recipe):
@@ -325,7 +325,7 @@ def classify(case: Case, profile: str) -> dict[str, str]:
     out["inputs"] = case.inputs
     if case.scale is None:
         out["scale"] = "head-dim"
-    elif math.isclose(case.scale, case.replace(scale=None).sm_scale * QUERY_SCALAR_RATIO, rel_tol=1e-9):
+    elif math.isclose(case.scale, case.default_scale * QUERY_SCALAR_RATIO, rel_tol=1e-9):
         out["scale"] = "query-scalar"
     return {a: v for a, v in out.items() if v is not None and v in AXES[a]}
 

@@ -246,8 +246,11 @@ class Case:
 
     @property
     def sm_scale(self) -> float:
-        if self.scale is not None:
-            return float(self.scale)
+        return self.default_scale if self.scale is None else float(self.scale)
+
+    @property
+    def default_scale(self) -> float:
+        """The scale a case without `scale` uses: 1/sqrt of the head dim the model was trained at."""
         # MLA scales by the pre-absorption head dim (DeepSeek: 128 nope + 64 rope); the
         # 576/512 latent shape has rope 64, the 288/256 one rope 32 with nope 64.
         if self.mla:
