@@ -1,5 +1,5 @@
-"""Where a cold run spends its Triton compile time: a logger for every Python process of a run,
-and its summary.
+"""Where a cold run spends its time: a logger for every Python process of a run (Triton compiles,
+the tests of each pytest worker, the waits for a heavy-case slot), and its summary.
 
     DC_COMPILE_LOG=/tmp/clog PYTHONPATH=benchmarks/compile_log_site:. pytest suites/parity -n auto
     python benchmarks/compile_log.py /tmp/clog          # the summary
@@ -14,10 +14,17 @@ JSON line per event: process, kind, kernel, its specialization by argument and t
 took. A compile that found its binary in Triton's on-disk cache still passes the hooks, only
 quickly; the summary counts as real compiles those over `--real` seconds.
 
+In the pytest processes it is also a pytest plugin (sitecustomize names it in PYTEST_PLUGINS):
+one line per test (its worker, start and seconds) and one per wait for a heavy case's GPU slot
+(decode_conformance/device_memory.py), so the summary can split each worker's time line.
+
 The summary answers what a cold run's time is made of: per kernel, the distinct variants
 (specialization keys), how often a variant was compiled in more than one process, the seconds,
 and for each kernel the arguments whose specialization differs between its variants (the
-arguments to look at for fewer variants).
+arguments to look at for fewer variants); per pytest worker, when its first test started and
+its last ended, and how its tests' time splits into compiling (in it or its isolated kernel
+process), waiting for a slot, and the rest (host work and the GPU); and the slowest tests, each
+with the compile seconds inside it.
 """
 from __future__ import annotations
 
@@ -29,24 +36,34 @@ import os
 import pathlib
 import time
 
+_SINK = None  # this process's line writer, once install() ran
+
+
+def _proc() -> str:
+    # read at each line: xdist names its worker (PYTEST_XDIST_WORKER) after the process started
+    return f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}"
+
 
 def install(out_dir: str) -> None:
     """Log this process's Triton compiles and host-module builds under out_dir (one file per process).
     The kernel lines are decode_conformance.compile_ahead's records (which a compile-ahead manifest
     is built from), with this summary's fields added."""
+    global _SINK
     from decode_conformance import compile_ahead
-    proc = f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}"
     born = time.time()
 
     def fields(kw, t0) -> dict:
         jit = getattr(kw["fn"], "jit_function", None)
-        return dict(proc=proc, born=born, kind="kernel", kernel=kw["fn"].name, t0=t0,
+        return dict(proc=_proc(), born=born, kind="kernel", kernel=kw["fn"].name, t0=t0,
                     variant=variant(getattr(jit, "arg_names", []), kw["compile"]))
 
     sink = compile_ahead.install_recorder(out_dir, extra=fields)
 
     def write(**rec):
-        sink(json.dumps({"proc": proc, "born": born, **rec}))
+        sink(json.dumps({"proc": _proc(), "born": born, **rec}))
+
+    _SINK = write
+    _time_slot_waits()
 
     # The host-side C modules (driver utilities, launchers): triton 3.6's driver calls the builder
     # by the name it imported; later versions build elsewhere, and are then not timed.
@@ -67,6 +84,48 @@ def install(out_dir: str) -> None:
                   seconds=time.time() - t0, variant={"src": hashlib.sha1(str(kwargs.get("src", args[0] if args else "")).encode()).hexdigest()[:12]})
 
     nv_driver.compile_module_from_src = timed_build
+
+
+def _time_slot_waits() -> None:
+    """A line per wait for a heavy case's slot (device_memory.SlotLock): how long the worker
+    stood still because other workers held every slot."""
+    try:
+        from decode_conformance import device_memory
+    except Exception:
+        return
+    enter = device_memory.SlotLock.__enter__
+
+    def timed_enter(self):
+        t0 = time.time()
+        try:
+            return enter(self)
+        finally:
+            _SINK(kind="slot-wait", kernel="", t0=t0, seconds=time.time() - t0)
+
+    device_memory.SlotLock.__enter__ = timed_enter
+
+
+# ---- the pytest side: PYTEST_PLUGINS=benchmarks.compile_log (sitecustomize sets it) --------------
+
+try:
+    import pytest
+except ImportError:  # a kernel process without pytest: no tests to time there
+    pytest = None
+
+if pytest is not None:
+    def pytest_sessionstart(session):
+        """The run's start in the controller (its process's start is the summary's zero)."""
+        if _SINK is not None and not hasattr(session.config, "workerinput"):
+            _SINK(kind="session", kernel="", t0=time.time(), seconds=0.0)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        t0 = time.time()
+        try:
+            return (yield)
+        finally:
+            if _SINK is not None:
+                _SINK(kind="test", kernel=item.nodeid, t0=t0, seconds=time.time() - t0)
 
 
 def variant(arg_names, compile) -> dict:
@@ -94,13 +153,29 @@ def _vkey(r) -> str:
     return json.dumps(r["variant"], sort_keys=True)
 
 
-def summarize(log_dir: pathlib.Path, real: float) -> str:
+COMPILE_KINDS = ("kernel", "host-module")
+
+
+def _worker(proc: str) -> str:
+    """A pytest worker's name for its own process and its isolated kernel process (both carry
+    PYTEST_XDIST_WORKER)."""
+    return proc.rsplit("-", 1)[0]
+
+
+def _within(rows, t0: float, t1: float) -> float:
+    """Seconds of `rows` (events with t0, seconds) that fall inside [t0, t1]."""
+    return sum(max(0.0, min(t1, r["t0"] + (r["seconds"] or 0)) - max(t0, r["t0"])) for r in rows if r["t0"] is not None)
+
+
+def summarize(log_dir: pathlib.Path, real: float, slowest: int = 15) -> str:
     def is_real(r) -> bool:  # slower than a disk-cache hit
         return (r["seconds"] or 0) > real
 
-    rows = [json.loads(line) for f in sorted(log_dir.glob("*.jsonl")) for line in f.read_text().splitlines() if line]
+    everything = [json.loads(line) for f in sorted(log_dir.glob("*.jsonl")) for line in f.read_text().splitlines() if line]
+    rows = [r for r in everything if r.get("kind", "kernel") in COMPILE_KINDS and "kernel" in r]
     if not rows:
-        return f"no compile records under {log_dir}"
+        return "\n".join([f"no compile records under {log_dir}"] +
+                         (_timeline(everything, rows, min(r["born"] for r in everything), slowest) if everything else []))
     by_kernel = collections.defaultdict(list)
     for r in rows:
         by_kernel[r["kernel"]].append(r)
@@ -126,7 +201,7 @@ def summarize(log_dir: pathlib.Path, real: float) -> str:
         varying = {k: dict(c) for k, c in per_arg.items() if len(c) > 1}
         if varying:
             lines.append(f"- {name} ({len(uniq)} variants): " + "; ".join(f"{k} {v}" for k, v in varying.items()))
-    t_first = min(r["born"] for r in rows)
+    t_first = min(r["born"] for r in everything)
     lines += ["", "| process | started at s | first compile at s | last compile ends at s | kernel compile s | "
               "host-module build s |", "|---|---|---|---|---|---|"]
     procs = collections.defaultdict(list)
@@ -138,7 +213,46 @@ def summarize(log_dir: pathlib.Path, real: float) -> str:
         sec = lambda kind: sum(r["seconds"] or 0 for r in rs if r.get("kind", "kernel") == kind)  # noqa: E731
         lines.append(f"| {proc} | {rs[0]['born'] - t_first:.1f} | {min(t0s) - t_first:.1f} | {max(ends) - t_first:.1f} | "
                      f"{sec('kernel'):.1f} | {sec('host-module'):.1f} |")
+    lines += _timeline(everything, rows, t_first, slowest)
     return "\n".join(lines)
+
+
+def _timeline(everything, compiles, t_first: float, slowest: int) -> list[str]:
+    """Per pytest worker: its time line split into compiling, waiting for a slot and the rest;
+    then the slowest tests. Empty when the run logged no tests (no plugin)."""
+    tests = [r for r in everything if r.get("kind") == "test"]
+    if not tests:
+        return []
+    waits = [r for r in everything if r.get("kind") == "slot-wait"]
+    by = lambda rs: collections.defaultdict(list, {w: [r for r in rs if _worker(r["proc"]) == w]  # noqa: E731
+                                                   for w in {_worker(r["proc"]) for r in rs}})
+    w_tests, w_compiles, w_waits = by(tests), by([r for r in compiles if r["t0"] is not None]), by(waits)
+    born = collections.defaultdict(list)
+    for r in everything:
+        born[_worker(r["proc"])].append(r["born"])
+    end = max(r["t0"] + r["seconds"] for r in tests)
+    session = [r["t0"] for r in everything if r.get("kind") == "session"]
+    lines = ["", "Pytest workers (seconds from the first process's start; "
+                 + (f"pytest's session starts at {min(session) - t_first:.1f} s, " if session else "")
+                 + f"the last test ends at {end - t_first:.1f} s). Compile: in the worker or its isolated kernel process, during its "
+                 f"tests; rest: its tests' other time (host work, the GPU, waiting on it):", "",
+             "| worker | started at | first test at | last test ends at | tests | in tests s | compile s | "
+             "slot wait s | rest s |", "|---|---|---|---|---|---|---|---|---|"]
+    for w in sorted(w_tests, key=lambda w: (len(w), w)):
+        ts = w_tests[w]
+        busy = sum(r["seconds"] for r in ts)
+        comp = sum(_within(w_compiles[w], r["t0"], r["t0"] + r["seconds"]) for r in ts)
+        wait = sum(r["seconds"] for r in w_waits[w])
+        lines.append(f"| {w} | {min(born[w]) - t_first:.1f} | {min(r['t0'] for r in ts) - t_first:.1f} | "
+                     f"{max(r['t0'] + r['seconds'] for r in ts) - t_first:.1f} | {len(ts)} | {busy:.1f} | {comp:.1f} | "
+                     f"{wait:.1f} | {busy - comp - wait:.1f} |")
+    lines += ["", f"The {slowest} slowest tests:", "",
+              "| test | worker | starts at | seconds | compile s | slot wait s |", "|---|---|---|---|---|---|"]
+    for r in sorted(tests, key=lambda r: -r["seconds"])[:slowest]:
+        w, t1 = _worker(r["proc"]), r["t0"] + r["seconds"]
+        lines.append(f"| `{r['kernel'].split('::')[-1]}` | {w} | {r['t0'] - t_first:.1f} | {r['seconds']:.2f} | "
+                     f"{_within(w_compiles[w], r['t0'], t1):.2f} | {_within(w_waits[w], r['t0'], t1):.2f} |")
+    return lines
 
 
 def main(argv=None):

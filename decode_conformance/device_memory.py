@@ -26,9 +26,31 @@ SLOT_SHARE = 0.5  # of the GPU's memory, the rest for the workers' contexts and 
 POLL_S = 0.02
 
 
+FREE_SHARE = 0.9  # of a worker's share of the free memory, what a light case may count on
+
+
 def slot_count(total_bytes: int) -> int:
     """Heavy cases that may run at once on a GPU of `total_bytes` (at least one)."""
     return max(1, int(total_bytes * SLOT_SHARE) // SLOT_BYTES)
+
+
+def runs_in_slot(need_bytes: int, workers: int) -> bool:
+    """A case of `need_bytes` (memory.case_bytes) takes a slot: it is heavy and the GPU is shared
+    (slots are POSIX file locks)."""
+    return workers > 1 and need_bytes >= HEAVY_CASE_BYTES and hasattr(os, "getuid")
+
+
+def case_budget(need_bytes: int, free_bytes: int, total_bytes: int, workers: int) -> float:
+    """The device memory a case of `need_bytes` may count on when `workers` processes share a GPU
+    with `free_bytes` free of `total_bytes`: a light case, its worker's share of the free memory.
+    A heavy case runs in a slot, and at most `slot_count` of them at once, so it may count on a
+    slot's memory (SLOT_BYTES, or less where the free memory no longer covers the slots) however
+    many workers share the GPU. Before slots counted here, an 80 GB card with 12 workers skipped
+    the 8 GB overflow cases (5.5 GB "free for this worker") that its two slots had room for."""
+    share = free_bytes / max(1, workers) * FREE_SHARE
+    if not runs_in_slot(need_bytes, workers):
+        return share
+    return max(share, min(SLOT_BYTES, free_bytes * SLOT_SHARE / slot_count(total_bytes)))
 
 
 def trim(device=None, limit: int = IDLE_RESERVE_BYTES) -> bool:
@@ -93,7 +115,7 @@ def case_on_shared_gpu(case, device: str, workers: int):
         return
     from .memory import case_bytes
     slot = contextlib.nullcontext()
-    if workers > 1 and case_bytes(case) >= HEAVY_CASE_BYTES and hasattr(os, "getuid"):  # POSIX: file locks
+    if runs_in_slot(case_bytes(case), workers):
         import torch
         slot = SlotLock(_lock_dir(), slot_count(torch.cuda.get_device_properties(torch.device(device)).total_memory))
     with slot:

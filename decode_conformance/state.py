@@ -64,7 +64,7 @@ class RunState:
     case_ids: list[str] = field(default_factory=list)
     runner: object = None  # isolation.IsolatedRunner, started by door.py on the first isolated case
     workers_per_device: int = 1
-    free_memory_gb: Optional[float] = None  # this process's share of the device's free memory
+    device_memory: Optional[tuple[int, int]] = None  # (free, total) bytes of the device at start; None on the CPU
 
     @property
     def profile(self) -> str:
@@ -118,12 +118,17 @@ class RunState:
         missing = kp.kernel.caps.missing_for(case, self.device_type)
         if missing:
             return marks + [pytest.mark.skip(reason=f"{kp.name} lacks: {', '.join(missing)}")]
-        need_gb = case_bytes(case) / 2**30
-        marks.append(pytest.mark.min_gpu_memory(round(need_gb, 2)))
-        if self.free_memory_gb is not None and need_gb > self.free_memory_gb:
-            share = f" (one of {self.workers_per_device} workers on it)" if self.workers_per_device > 1 else ""
-            return marks + [pytest.mark.skip(reason=f"needs {need_gb:.1f} GB of device memory; {self.free_memory_gb:.1f} "
-                                                    f"GB free for this worker{share}")]
+        need = case_bytes(case)
+        marks.append(pytest.mark.min_gpu_memory(round(need / 2**30, 2)))
+        if self.device_memory is not None:
+            from .device_memory import case_budget, runs_in_slot
+            budget = case_budget(need, *self.device_memory, self.workers_per_device)
+            if need > budget:
+                where = ("for a heavy case's slot" if runs_in_slot(need, self.workers_per_device) else
+                         "free for this worker" + (f" (one of {self.workers_per_device} workers on it)"
+                                                   if self.workers_per_device > 1 else ""))
+                return marks + [pytest.mark.skip(reason=f"needs {need / 2**30:.1f} GB of device memory; "
+                                                        f"{budget / 2**30:.1f} GB {where}")]
         cls = hardware.known_classes().get(self.gpu_class)
         if case.is_fp8 and kp.kernel.caps.fp8_mma:
             marks.append(pytest.mark.fp8_tensor_cores)
@@ -297,12 +302,13 @@ def _validate_case_selection(case_set: str, case_ids: list[str], profile: str) -
                             f"\n(case sets: {', '.join(set_names())})")
 
 
-def _free_memory_share(device: str, workers: int) -> Optional[float]:
+def _device_memory(device: str) -> Optional[tuple[int, int]]:
+    """(free, total) bytes of the run's device, read once at the start."""
     if device == "cpu":
         return None
     import torch
-    free, _total = torch.cuda.mem_get_info(torch.device(device))
-    return free / 2**30 / max(1, workers) * 0.9
+    free, total = torch.cuda.mem_get_info(torch.device(device))
+    return int(free), int(total)
 
 
 WORKERS_PER_GPU_ENV = "DECODE_CONFORMANCE_WORKERS_PER_GPU"  # set on each xdist worker by the pinning hook
@@ -402,7 +408,7 @@ def build_state(config) -> RunState:
                     ledger_paths=ledger_paths, isolation=isolation, case_timeout=timeout,
                     pyargs=bool(config.getoption("pyargs", False)),
                     require_cases=bool(config.getoption("--require-cases")), case_ids=case_ids,
-                    workers_per_device=workers, free_memory_gb=_free_memory_share(device, workers))
+                    workers_per_device=workers, device_memory=_device_memory(device))
 
 
 def list_kernels(config) -> int:

@@ -65,3 +65,20 @@ def test_install_records_what_the_hooks_receive(tmp_path, monkeypatch):
     # ... and a compile-ahead manifest's fields (decode_conformance.compile_ahead.build_manifest)
     assert (rec["fn"], rec["hash"], rec["data"]) == (f"{__name__}:{stage1.__qualname__}", "src-hash", '{"key": "k"}')
     assert rec["target"] == {"backend": "cuda", "arch": 90, "warp_size": 32}
+
+
+def test_timeline_splits_each_workers_tests_into_compile_slot_wait_and_the_rest(tmp_path):
+    # gw0's pytest process (pid 1) ran two tests, 10-14 s and 14-15 s; its isolated kernel
+    # process (pid 2) compiled 11-13 s, inside the first; it waited 0.5 s for a slot in the second.
+    rows = [{"proc": "main-0", "born": 0.0, "kind": "session", "kernel": "", "t0": 1.0, "seconds": 0.0},
+            {"proc": "gw0-1", "born": 2.0, "kind": "test", "kernel": "f.py::t[a]", "t0": 10.0, "seconds": 4.0},
+            {"proc": "gw0-1", "born": 2.0, "kind": "test", "kernel": "f.py::t[b]", "t0": 14.0, "seconds": 1.0},
+            {"proc": "gw0-1", "born": 2.0, "kind": "slot-wait", "kernel": "", "t0": 14.0, "seconds": 0.5},
+            dict(_rec("gw0-2", "stage1", {"n": "i32"}, 2.0, t0=11.0), born=3.0)]
+    (tmp_path / "x.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    text = compile_log.summarize(tmp_path, real=0.25)
+    assert "pytest's session starts at 1.0 s, the last test ends at 15.0 s" in text
+    # started 2.0, first test 10.0, last ends 15.0, 2 tests, 5.0 s in tests: 2.0 compile, 0.5 wait, 2.5 rest
+    assert "| gw0 | 2.0 | 10.0 | 15.0 | 2 | 5.0 | 2.0 | 0.5 | 2.5 |" in text
+    assert "| `t[a]` | gw0 | 10.0 | 4.00 | 2.00 | 0.00 |" in text
+    assert "| `t[b]` | gw0 | 14.0 | 1.00 | 0.00 | 0.50 |" in text

@@ -22,6 +22,25 @@ def test_slot_count_from_total_memory(total_gib, slots):
     assert device_memory.slot_count(int(total_gib * GiB)) == slots
 
 
+@pytest.mark.parametrize("need_gib,free_gib,total_gib,workers,budget_gib", [
+    # an 80 GB card, 12 workers: a light case gets its worker's share, 78 / 12 x 0.9
+    (1.0, 78, 80, 12, 78 / 12 * 0.9),
+    # the 8 GB overflow case is heavy: one of the card's two slots, 16 GiB (78 x 0.5 / 2 = 19.5 covers it)
+    (8.0, 78, 80, 12, 16),
+    # a heavy case larger than a slot still does not fit
+    (20.0, 78, 80, 12, 16),
+    # an H200 and 16 workers: the share (7.6) would skip it; one of 4 slots does not
+    (8.0, 135, 139.8, 16, 16),
+    # free memory that no longer covers the slots (another tenant): the slots' part of it
+    (8.0, 40, 80, 12, 40 * 0.5 / 2),
+    # one worker: no slots, the whole free memory (x 0.9)
+    (8.0, 78, 80, 1, 78 * 0.9),
+])
+def test_case_budget(need_gib, free_gib, total_gib, workers, budget_gib):
+    got = device_memory.case_budget(int(need_gib * GiB), int(free_gib * GiB), int(total_gib * GiB), workers)
+    assert got / GiB == pytest.approx(budget_gib, rel=1e-6)
+
+
 def _hold(lock_factory, log, hold_s, barrier):
     barrier.wait(60)  # every holder contends at once, however long its process took to start
     with lock_factory():
