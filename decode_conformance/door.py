@@ -18,21 +18,12 @@ from .runner import CaseResult, repro_command
 
 
 def isolated_runner(state):
-    """This process's isolated worker (its process started by `start_isolated_worker`, or
-    else on the first isolated case)."""
+    """This process's isolated worker (its process started by state.build_state, or else on the
+    first isolated case)."""
     if state.runner is None:
         from .isolation import IsolatedRunner
         state.runner = IsolatedRunner(state.device, state.case_timeout)
     return state.runner
-
-
-def start_isolated_worker(state) -> None:
-    """Start the isolated worker's process now, under --isolation=process. Called before
-    collection: its start-up (torch, the CUDA context) overlaps this process's collection
-    instead of delaying the first case, which on a cold main job is each pytest worker's
-    slowest test (docs/gpu-runs/2026-12-03-h200-s20)."""
-    if state.isolation == "process":
-        isolated_runner(state).start()
 
 
 def run(state, config, kp, scenario: str, case: Case, suite: str, repro: str = "") -> CaseResult:

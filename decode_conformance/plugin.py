@@ -57,12 +57,13 @@ def pytest_addoption(parser):
     fuzz_options.add_options(g)
 
 
-def state_of(config, activate: bool = False):
-    """The run state, or None outside a conformance run (built on demand when `activate`)."""
+def state_of(config, activate: bool = False, runs_cases: bool = True):
+    """The run state, or None outside a conformance run (built on demand when `activate`;
+    `runs_cases`: state.build_state's)."""
     s = config.stash.get(STATE, None)
     if s is None and activate:
         from .state import build_state
-        s = config.stash[STATE] = build_state(config)
+        s = config.stash[STATE] = build_state(config, runs_cases=runs_cases)
     return s
 
 
@@ -117,13 +118,10 @@ def pytest_configure(config):
         return
     worker = getattr(config, "workerinput", None)
     if (worker is not None and worker.get(_WORKER_FLAG)) or (worker is None and conformance_requested(config)):
-        s = state_of(config, activate=True)
         runs_cases = worker is not None or (getattr(config.option, "dist", "no") or "no") == "no"
+        s = state_of(config, activate=True, runs_cases=runs_cases and not config.option.collectonly)
         if worker is None and not config.option.collectonly:
             _start_compile_ahead(config, s)
-        if runs_cases and not config.option.collectonly:
-            from .door import start_isolated_worker
-            start_isolated_worker(s)
 
 
 _COMPILE_AHEAD = pytest.StashKey[dict]()

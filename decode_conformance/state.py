@@ -62,7 +62,7 @@ class RunState:
     pyargs: bool
     require_cases: bool
     case_ids: list[str] = field(default_factory=list)
-    runner: object = None  # isolation.IsolatedRunner, started by door.py on the first isolated case
+    runner: object = None  # isolation.IsolatedRunner: started by build_state, or by door.py on the first isolated case
     workers_per_device: int = 1
     device_memory: Optional[tuple[int, int]] = None  # (free, total) bytes of the device at start; None on the CPU
 
@@ -374,8 +374,16 @@ def preflight(config) -> None:
     _check_spec_syntax(kernel_specs(config.getoption("--kernel")), kernel_source(config))
 
 
-def build_state(config) -> RunState:
-    """Everything the run needs, validated. Raises pytest.UsageError naming the mistake."""
+def build_state(config, runs_cases: bool = True) -> RunState:
+    """Everything the run needs, validated. Raises pytest.UsageError naming the mistake.
+
+    `runs_cases`: this process runs cases (not the controller of xdist workers). It then reads
+    the device's memory (the cases' budgets) and, under --isolation=process, starts its isolated
+    worker as soon as the device is known: that process's start-up (torch, Triton, the CUDA
+    context, the run's kernels) then overlaps the rest of this one's (the kernels, the memory
+    read, collection). On a 12-worker GPU run each worker took 4.4 s from its start to its
+    isolated worker's, and that one 4.2 s more to its first launch, while every worker's first
+    test waited for the slowest worker's collection (docs/gpu-runs/2026-12-06-h100-s39)."""
     preflight(config)
     from .ledger import Ledger, LedgerError, default_ledger_paths
     ledger_paths = list(config.getoption("--ledger") or default_ledger_paths())
@@ -391,6 +399,23 @@ def build_state(config) -> RunState:
         use_interpreter()
     elif os.environ.get("TRITON_INTERPRET") == "1":
         raise pytest.UsageError("TRITON_INTERPRET=1 is set but --device is a GPU: unset it or pass --device=cpu")
+    isolation, timeout = resolve_isolation(device, config.getoption("--isolation"), config.getoption("--case-timeout"))
+    from .kernel_api import kernel_specs
+    specs = kernel_specs(config.getoption("--kernel"))
+    runner = None
+    if runs_cases and isolation == "process":
+        from .isolation import IsolatedRunner
+        runner = IsolatedRunner(device, timeout, preload=tuple(specs))
+        runner.start()
+    try:
+        return _finish_state(config, device, ledger, ledger_paths, isolation, timeout, specs, runner, runs_cases)
+    except BaseException:
+        if runner is not None:
+            runner.close()
+        raise
+
+
+def _finish_state(config, device, ledger, ledger_paths, isolation, timeout, specs, runner, runs_cases) -> RunState:
     gpu_class = config.getoption("--gpu-class") or (hardware.CPU_CLASS if device == "cpu" else hardware.detect_class())
     if gpu_class not in hardware.known_classes():
         raise pytest.UsageError(f"--gpu-class={gpu_class}: not a row of the GPU class table; expected one of "
@@ -400,15 +425,13 @@ def build_state(config) -> RunState:
     case_ids = list(config.getoption("--case-id") or [])
     _validate_case_selection(case_set, case_ids, profile)
 
-    from .kernel_api import kernel_specs
-    kernels = _load_kernels(kernel_specs(config.getoption("--kernel")), device, kernel_source(config))
-    isolation, timeout = resolve_isolation(device, config.getoption("--isolation"), config.getoption("--case-timeout"))
+    kernels = _load_kernels(specs, device, kernel_source(config))
     workers = workers_sharing_device()
     return RunState(device=device, gpu_class=gpu_class, case_set=case_set, kernels=kernels, ledger=ledger,
                     ledger_paths=ledger_paths, isolation=isolation, case_timeout=timeout,
                     pyargs=bool(config.getoption("pyargs", False)),
-                    require_cases=bool(config.getoption("--require-cases")), case_ids=case_ids,
-                    workers_per_device=workers, device_memory=_device_memory(device))
+                    require_cases=bool(config.getoption("--require-cases")), case_ids=case_ids, runner=runner,
+                    workers_per_device=workers, device_memory=_device_memory(device) if runs_cases else None)
 
 
 def list_kernels(config) -> int:

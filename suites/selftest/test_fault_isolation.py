@@ -198,3 +198,30 @@ def test_every_scenario_names_a_contract_violation_and_how_to_reproduce_it():
             assert block and text in block["msg"], f"{name} {cid}\n{run.out[-3000:]}"
             assert shlex.split(block["repro"])[:6] == ["python", "-m", "pytest", "-p", "decode_conformance.plugin", "suites/parity"], block["repro"]
             assert f"--case-id={cid}" in shlex.split(block["repro"]), block["repro"]
+
+
+def _poll(path, seconds: float) -> bool:
+    import time
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_isolated_worker_imports_its_kernels_before_the_first_case(tmp_path, monkeypatch):
+    # A run's kernels are imported while its pytest process still collects, not by the first
+    # case that needs them; a spec that cannot load does not stop the rest.
+    from decode_conformance.case_sets import build_set
+    from decode_conformance.isolation import IsolatedRunner
+    marker = tmp_path / "imported-by"
+    monkeypatch.setenv("DC_PRELOAD_MARKER", str(marker))
+    spec = "suites.selftest.preload_marker:kernel"
+    with IsolatedRunner("cpu", 60, preload=("no_such_package.kernels:nothing", spec)) as runner:
+        runner.start()
+        assert runner._wait_ready() is None
+        assert _poll(marker, 60), "the worker did not import the preloaded kernel before any case"
+        assert int(marker.read_text()) == runner._proc.pid
+        res = runner.run(spec, build_set("smoke", "interpreter")[0], name="torch_gather")
+    assert res.status == "passed", res.message
