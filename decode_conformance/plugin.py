@@ -85,8 +85,12 @@ def pytest_xdist_setupnodes(config, specs):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
-    if state_of(node.config) is not None:
+    s = state_of(node.config)
+    if s is not None:
         node.workerinput[_WORKER_FLAG] = True
+        if not node.config.getoption("--device"):
+            from .state import WORKER_DEVICE_KEY
+            node.workerinput[WORKER_DEVICE_KEY] = s.device
 
 
 # ---- configuration ---------------------------------------------------------------------------

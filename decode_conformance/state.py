@@ -176,10 +176,16 @@ def conformance_requested(config) -> bool:
 
 # ---- building the state --------------------------------------------------------------------
 
+# The device the xdist controller detected, handed to each worker (plugin.pytest_configure_node):
+# a worker then starts its isolated worker before importing torch itself.
+WORKER_DEVICE_KEY = "decode_conformance_device"
+
+
 def _device(config) -> str:
     opt = config.getoption("--device")
     if not opt:
-        return "cuda" if hardware.has_gpu() else "cpu"
+        told = (getattr(config, "workerinput", None) or {}).get(WORKER_DEVICE_KEY)
+        return told or ("cuda" if hardware.has_gpu() else "cpu")
     if opt != "cpu" and not opt.startswith("cuda"):
         raise pytest.UsageError(f"--device: expected cpu, cuda or cuda:N, got {opt!r}")
     if opt.startswith("cuda") and not hardware.has_gpu():

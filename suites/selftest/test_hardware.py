@@ -253,3 +253,18 @@ def test_auto_workers_win_over_xdists_cpu_count(tmp_path):
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-2000:]
     assert re.search(r"\b3 workers\b", out), out[-2000:]  # not os.cpu_count()
+
+
+def test_workers_take_the_device_the_controller_detected(tmp_path):
+    # Under xdist each worker is told the device the controller found, so it can start its
+    # isolated worker before importing torch to look for a GPU itself.
+    probes = tmp_path / "probes.log"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+           "PYTHONPATH": str(ROOT), "DC_GPU_PROBE_LOG": str(probes)}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "suites.selftest.count_gpu_probes", "-n", "2",
+                          "-p", "no:cacheprovider", "-q", "suites/parity/test_parity.py",
+                          "--kernel=decode_conformance_kernels.registry:torch_gather", "-k", "winconv"],
+                         cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0 and re.search(r"\b8 passed\b", out), out[-2000:]
+    assert not probes.exists(), f"workers probed for a GPU themselves: {probes.read_text().split()}"
