@@ -387,9 +387,9 @@ def build_state(config, runs_cases: bool = True) -> RunState:
     the device's memory (the cases' budgets) and, under --isolation=process, starts its isolated
     worker as soon as the device is known: that process's start-up (torch, Triton, the CUDA
     context, the run's kernels) then overlaps the rest of this one's (the kernels, the memory
-    read, collection). On a 12-worker GPU run each worker took 4.4 s from its start to its
-    isolated worker's, and that one 4.2 s more to its first launch, while every worker's first
-    test waited for the slowest worker's collection (docs/gpu-runs/2026-12-06-h100-s39)."""
+    read, collection). On a 12-worker GPU run each worker took 4.4-5.3 s from its start to its
+    isolated worker's, and that one 4.4-4.8 s more to its first launch, while every worker's
+    first test waited for the slowest worker's collection (docs/gpu-runs/2026-12-06-h100-s39)."""
     preflight(config)
     from .ledger import Ledger, LedgerError, default_ledger_paths
     ledger_paths = list(config.getoption("--ledger") or default_ledger_paths())
@@ -437,7 +437,9 @@ def _finish_state(config, device, ledger, ledger_paths, isolation, timeout, spec
                     ledger_paths=ledger_paths, isolation=isolation, case_timeout=timeout,
                     pyargs=bool(config.getoption("pyargs", False)),
                     require_cases=bool(config.getoption("--require-cases")), case_ids=case_ids, runner=runner,
-                    workers_per_device=workers, device_memory=_device_memory(device) if runs_cases else None)
+                    workers_per_device=workers,
+                    # the cases' memory skips: wherever cases are collected (not xdist's controller)
+                    device_memory=_device_memory(device) if runs_cases or config.option.collectonly else None)
 
 
 def list_kernels(config) -> int:
