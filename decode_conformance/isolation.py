@@ -94,19 +94,13 @@ def _redirect_output(log_path: str) -> None:
     os.close(fd)
 
 
-# Triton's source-line records in each binary serve profilers and debuggers, not a correctness
-# run: without them a cold main job compiled 4 % faster (39.4 s against 41.2 s, one H100,
-# docs/gpu-runs/2026-12-06-h100-s39). The variable is part of Triton's cache key, so these
-# binaries never stand in for a profiling run's. Set it to 0 to keep line info.
-LINE_INFO_VAR = "TRITON_DISABLE_LINE_INFO"
-
-
 def _worker_main(conn, device: str, root: str, log_path: str, preload: tuple = ()) -> None:
     """Entry point of the worker process (spawned; must stay importable at module level).
     `preload`: kernel specs to import once the device is up, while the parent still collects
     (a spec that fails to load is reported by the case that uses it, as without preloading)."""
     if device != "cpu":
-        os.environ.setdefault(LINE_INFO_VAR, "1")
+        from .devices import use_compile_defaults
+        use_compile_defaults()
     _redirect_output(log_path)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     if hasattr(signal, "SIGUSR1"):

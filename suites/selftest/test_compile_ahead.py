@@ -32,10 +32,13 @@ def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
 '''
 
-# Records (install_recorder) when given a folder, then compiles the BLOCK sizes given for sm_90.
+# A case's process: records (install_recorder) when given a folder, then compiles the BLOCK sizes
+# given for sm_90.
 RUN = '''
-import sys, torch, ca_probe
-from decode_conformance import compile_ahead
+import sys, torch
+from decode_conformance import compile_ahead, devices
+devices.use_compile_defaults()  # as the isolated worker that runs a case does
+import ca_probe
 if sys.argv[1] != "-":
     compile_ahead.install_recorder(sys.argv[1])
 with compile_ahead.offline_target({"backend": "cuda", "arch": 90, "warp_size": 32}):
