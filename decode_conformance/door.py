@@ -22,7 +22,7 @@ def isolated_runner(state):
     first isolated case)."""
     if state.runner is None:
         from .isolation import IsolatedRunner
-        state.runner = IsolatedRunner(state.device, state.case_timeout)
+        state.runner = IsolatedRunner(state.device, state.case_timeout, preload=tuple(k.spec for k in state.kernels))
     return state.runner
 
 
