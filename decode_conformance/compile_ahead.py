@@ -17,7 +17,7 @@ The list is a *manifest*, recorded from a run on the GPU class it is for:
 Compiling ahead (`precompile`) preloads each entry in a pool of processes whose Triton driver
 is a stand-in reporting the manifest's target (compile_ahead_run checks it is the GPU's): nothing touches the GPU, so the pool costs no
 device memory and no CUDA context. A variant compiled by the pool is the one a case would have
-compiled (the same source, specialization, options and target make the same cache key).
+compiled (the same source, specialization, options, target and Triton settings make the same cache key).
 
 When a pytest run uses a manifest, and why no case waits for the pool: compile_ahead_run.py.
 
