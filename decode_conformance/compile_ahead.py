@@ -192,7 +192,7 @@ def _pool_init(target: dict, root: str) -> None:
     os.environ.pop("TRITON_INTERPRET", None)
     from ._paths import alias_checkout
     alias_checkout(pathlib.Path(root) if root else None)
-    from .devices import use_compile_defaults
+    from .isolation import use_compile_defaults
     use_compile_defaults()  # the isolated workers' settings: the same cache keys
     from triton.runtime import driver
     driver.set_active(TargetDriver(**target))

@@ -10,12 +10,6 @@ import os
 
 PROFILES = ("interpreter", "gpu")
 
-# Triton's source-line records in each binary serve profilers and debuggers, not a correctness
-# run: without them a cold main job compiled 4 % faster (39.4 s against 41.2 s, one H100,
-# docs/gpu-runs/2026-12-06-h100-s39). The variable is part of Triton's cache key, so these
-# binaries never stand in for a profiling run's. A user's own value (0 keeps line info) is kept.
-LINE_INFO_VAR = "TRITON_DISABLE_LINE_INFO"
-
 
 def is_cpu(device) -> bool:
     return str(device).split(":", 1)[0] == "cpu"
@@ -34,13 +28,6 @@ def device_type(device) -> str:
 
 def device_type_of_profile(profile: str) -> str:
     return "cpu" if profile == "interpreter" else "cuda"
-
-
-def use_compile_defaults() -> None:
-    """The Triton settings of every process that compiles the suite's kernels for a GPU: the
-    isolated worker and the compile-ahead pool. The same settings make the same cache keys, so a
-    pool's binaries are the ones the cases look up. Call it before the first compile."""
-    os.environ.setdefault(LINE_INFO_VAR, "1")
 
 
 def use_interpreter() -> None:

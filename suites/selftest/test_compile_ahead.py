@@ -36,8 +36,8 @@ def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 # given for sm_90.
 RUN = '''
 import sys, torch
-from decode_conformance import compile_ahead, devices
-devices.use_compile_defaults()  # as the isolated worker that runs a case does
+from decode_conformance import compile_ahead, isolation
+isolation.use_compile_defaults()  # as the isolated worker that runs a case does
 import ca_probe
 if sys.argv[1] != "-":
     compile_ahead.install_recorder(sys.argv[1])
