@@ -162,6 +162,13 @@ def _worker(proc: str) -> str:
     return proc.rsplit("-", 1)[0]
 
 
+def _by_worker(rows) -> collections.defaultdict:
+    out = collections.defaultdict(list)
+    for r in rows:
+        out[_worker(r["proc"])].append(r)
+    return out
+
+
 def _within(rows, t0: float, t1: float) -> float:
     """Seconds of `rows` (events with t0, seconds) that fall inside [t0, t1]."""
     return sum(max(0.0, min(t1, r["t0"] + (r["seconds"] or 0)) - max(t0, r["t0"])) for r in rows if r["t0"] is not None)
@@ -173,9 +180,9 @@ def summarize(log_dir: pathlib.Path, real: float, slowest: int = 15) -> str:
 
     everything = [json.loads(line) for f in sorted(log_dir.glob("*.jsonl")) for line in f.read_text().splitlines() if line]
     rows = [r for r in everything if r.get("kind", "kernel") in COMPILE_KINDS and "kernel" in r]
+    t_first = min((r["born"] for r in everything), default=0.0)  # the first process's start: the time lines' zero
     if not rows:
-        return "\n".join([f"no compile records under {log_dir}"] +
-                         (_timeline(everything, rows, min(r["born"] for r in everything), slowest) if everything else []))
+        return "\n".join([f"no compile records under {log_dir}"] + _timeline(everything, rows, t_first, slowest))
     by_kernel = collections.defaultdict(list)
     for r in rows:
         by_kernel[r["kernel"]].append(r)
@@ -201,7 +208,6 @@ def summarize(log_dir: pathlib.Path, real: float, slowest: int = 15) -> str:
         varying = {k: dict(c) for k, c in per_arg.items() if len(c) > 1}
         if varying:
             lines.append(f"- {name} ({len(uniq)} variants): " + "; ".join(f"{k} {v}" for k, v in varying.items()))
-    t_first = min(r["born"] for r in everything)
     lines += ["", "| process | started at s | first compile at s | last compile ends at s | kernel compile s | "
               "host-module build s |", "|---|---|---|---|---|---|"]
     procs = collections.defaultdict(list)
@@ -223,13 +229,9 @@ def _timeline(everything, compiles, t_first: float, slowest: int) -> list[str]:
     tests = [r for r in everything if r.get("kind") == "test"]
     if not tests:
         return []
-    waits = [r for r in everything if r.get("kind") == "slot-wait"]
-    by = lambda rs: collections.defaultdict(list, {w: [r for r in rs if _worker(r["proc"]) == w]  # noqa: E731
-                                                   for w in {_worker(r["proc"]) for r in rs}})
-    w_tests, w_compiles, w_waits = by(tests), by([r for r in compiles if r["t0"] is not None]), by(waits)
-    born = collections.defaultdict(list)
-    for r in everything:
-        born[_worker(r["proc"])].append(r["born"])
+    w_tests, w_waits = _by_worker(tests), _by_worker(r for r in everything if r.get("kind") == "slot-wait")
+    w_compiles = _by_worker(r for r in compiles if r["t0"] is not None)
+    born = {w: min(r["born"] for r in rs) for w, rs in _by_worker(everything).items()}
     end = max(r["t0"] + r["seconds"] for r in tests)
     session = [r["t0"] for r in everything if r.get("kind") == "session"]
     lines = ["", "Pytest workers (seconds from the first process's start; "
@@ -243,7 +245,7 @@ def _timeline(everything, compiles, t_first: float, slowest: int) -> list[str]:
         busy = sum(r["seconds"] for r in ts)
         comp = sum(_within(w_compiles[w], r["t0"], r["t0"] + r["seconds"]) for r in ts)
         wait = sum(r["seconds"] for r in w_waits[w])
-        lines.append(f"| {w} | {min(born[w]) - t_first:.1f} | {min(r['t0'] for r in ts) - t_first:.1f} | "
+        lines.append(f"| {w} | {born[w] - t_first:.1f} | {min(r['t0'] for r in ts) - t_first:.1f} | "
                      f"{max(r['t0'] + r['seconds'] for r in ts) - t_first:.1f} | {len(ts)} | {busy:.1f} | {comp:.1f} | "
                      f"{wait:.1f} | {busy - comp - wait:.1f} |")
     lines += ["", f"The {slowest} slowest tests:", "",

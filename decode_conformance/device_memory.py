@@ -23,10 +23,8 @@ IDLE_RESERVE_BYTES = 1 << 30  # reserved-but-free memory a process may keep betw
 HEAVY_CASE_BYTES = 2 << 30  # a case estimated at or above this runs in a slot
 SLOT_BYTES = 16 << 30  # what one slot stands for: the largest GPU-profile case (8.6 GB est.) x ~2
 SLOT_SHARE = 0.5  # of the GPU's memory, the rest for the workers' contexts and light cases
-POLL_S = 0.02
-
-
 FREE_SHARE = 0.9  # of a worker's share of the free memory, what a light case may count on
+POLL_S = 0.02
 
 
 def slot_count(total_bytes: int) -> int:

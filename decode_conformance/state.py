@@ -414,32 +414,26 @@ def build_state(config, runs_cases: bool = True) -> RunState:
         runner = IsolatedRunner(device, timeout, preload=tuple(specs))
         runner.start()
     try:
-        return _finish_state(config, device, ledger, ledger_paths, isolation, timeout, specs, runner, runs_cases)
+        gpu_class = config.getoption("--gpu-class") or (hardware.CPU_CLASS if device == "cpu" else hardware.detect_class())
+        if gpu_class not in hardware.known_classes():
+            raise pytest.UsageError(f"--gpu-class={gpu_class}: not a row of the GPU class table; expected one of "
+                                    f"{sorted(hardware.known_classes())}")
+        profile = devices.profile_of(device)
+        case_set = config.getoption("--case-set") or os.environ.get("DECODE_CONFORMANCE_CASE_SET") or "parity"
+        case_ids = list(config.getoption("--case-id") or [])
+        _validate_case_selection(case_set, case_ids, profile)
+        kernels = _load_kernels(specs, device, kernel_source(config))
+        # the cases' memory skips: wherever cases are collected (not xdist's controller)
+        memory = _device_memory(device) if runs_cases or config.option.collectonly else None
     except BaseException:
         if runner is not None:
             runner.close()
         raise
-
-
-def _finish_state(config, device, ledger, ledger_paths, isolation, timeout, specs, runner, runs_cases) -> RunState:
-    gpu_class = config.getoption("--gpu-class") or (hardware.CPU_CLASS if device == "cpu" else hardware.detect_class())
-    if gpu_class not in hardware.known_classes():
-        raise pytest.UsageError(f"--gpu-class={gpu_class}: not a row of the GPU class table; expected one of "
-                                f"{sorted(hardware.known_classes())}")
-    profile = devices.profile_of(device)
-    case_set = config.getoption("--case-set") or os.environ.get("DECODE_CONFORMANCE_CASE_SET") or "parity"
-    case_ids = list(config.getoption("--case-id") or [])
-    _validate_case_selection(case_set, case_ids, profile)
-
-    kernels = _load_kernels(specs, device, kernel_source(config))
-    workers = workers_sharing_device()
     return RunState(device=device, gpu_class=gpu_class, case_set=case_set, kernels=kernels, ledger=ledger,
                     ledger_paths=ledger_paths, isolation=isolation, case_timeout=timeout,
                     pyargs=bool(config.getoption("pyargs", False)),
                     require_cases=bool(config.getoption("--require-cases")), case_ids=case_ids, runner=runner,
-                    workers_per_device=workers,
-                    # the cases' memory skips: wherever cases are collected (not xdist's controller)
-                    device_memory=_device_memory(device) if runs_cases or config.option.collectonly else None)
+                    workers_per_device=workers_sharing_device(), device_memory=memory)
 
 
 def list_kernels(config) -> int:
