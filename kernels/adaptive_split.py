@@ -130,7 +130,7 @@ def device_split_table(lengths, caps, min_chunk: int = split_rule.MIN_CHUNK, blo
 
 # Runtime flags, and the per-program scalars that Triton need not specialize (triton_common)
 @triton.jit(do_not_specialize=["has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B",
-                             "ceiling", *tc.LSE_STRIDES])
+                             "ceiling", *tc.LSE_STRIDES, *tc.HEAD_TILING_INTS])
 def _adaptive_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -148,9 +148,10 @@ def _adaptive_stage1(
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
     SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr,
     MIN_CHUNK: tl.constexpr, CHUNK_BLOCK: tl.constexpr, FP8_MMA: tl.constexpr, PDL: tl.constexpr,
-    MERGE_HEADS: tl.constexpr, MERGE_SPLITS: tl.constexpr,
+    MERGE_HEADS: tl.constexpr, MERGE_SPLITS: tl.constexpr, GROUP_DIV16: tl.constexpr, TILE_DIV16: tl.constexpr,
 ):
     tc.allow_dependents(PDL, pdl_early != 0)
+    group, heads_per_tile = tc.hinted_head_tiling(group, heads_per_tile, GROUP_DIV16, TILE_DIV16)
     b = tl.program_id(0)
     tile = tl.program_id(1)
     chunk = tl.program_id(2)

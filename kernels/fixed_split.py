@@ -30,7 +30,7 @@ def _fixed_split_len(L_vis, num_splits, SPLIT_ALIGN: tl.constexpr):
 
 
 # The per-program scalars that Triton need not specialize (triton_common)
-@triton.jit(do_not_specialize=["visible", "num_splits", *tc.PARTIAL_LSE_STRIDES])
+@triton.jit(do_not_specialize=["visible", "num_splits", *tc.PARTIAL_LSE_STRIDES, *tc.HEAD_TILING_INTS])
 def _fixed_stage1(
     Q, stride_qb, stride_qh, stride_qd,
     K, stride_kp, stride_kt, stride_kh, stride_kd,
@@ -44,8 +44,9 @@ def _fixed_stage1(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
     SOFTCAP: tl.constexpr, SHARE_KV: tl.constexpr, E4M3_BITS: tl.constexpr, SPLIT_ALIGN: tl.constexpr,
-    FP8_MMA: tl.constexpr,
+    FP8_MMA: tl.constexpr, GROUP_DIV16: tl.constexpr, TILE_DIV16: tl.constexpr,
 ):
+    group, heads_per_tile = tc.hinted_head_tiling(group, heads_per_tile, GROUP_DIV16, TILE_DIV16)
     b = tl.program_id(0)
     tile = tl.program_id(1)
     split = tl.program_id(2)

@@ -50,6 +50,15 @@ MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score t
 # unspecialized made the split-K kernels 10-69 % slower (close 8, docs/gpu-runs/2026-12-01-h200/);
 # the head tiling (group, heads per tile, tiles per KV head) and the LSE strides unspecialized
 # on top of the four scalars, 92 variants but 27 % slower at 32/8/128 1 x 128k (s16).
+# Since then the group and the heads per tile are not specialized by Triton either. Their one value class
+# that changes the code, a multiple of 16, reaches stage 1 as the constexprs GROUP_DIV16 /
+# TILE_DIV16 (head_hints); Triton's own three classes (1, a multiple of 16, other) gave the
+# parity set's MHA cases (group 1) variants of their own. H100, cold main jobs
+# (docs/gpu-runs/2026-12-06-h100-s40): the two stage-1 kernels compiled 204 variants, 173 with
+# these hints. The GQA cells timed (groups 4 and 8) compile to the same PTX as before (sm_90,
+# triton 3.6.0). Dropping the multiple-of-16 class as well (165 variants) made the MLA cell
+# (group 128, 64 heads a tile) 37 % slower; with the hints it ran 2.4 % faster than before.
+HEAD_TILING_INTS = ("group", "heads_per_tile")
 PARTIAL_LSE_STRIDES = ("stride_lb", "stride_lh")  # the partials' LSE [B, Hq, splits]
 FINAL_LSE_STRIDES = ("stride_lseb", "stride_lseh")  # the caller's LSE [B, Hq]
 LSE_STRIDES = PARTIAL_LSE_STRIDES + FINAL_LSE_STRIDES
@@ -837,10 +846,27 @@ def tile_args(ctx, sm_scale, k_scale, softcap) -> tuple:
             float(sm_scale) * float(k_scale), float(softcap) if softcap else 1.0)
 
 
+def head_hints(tiling: dict) -> dict:
+    """Whether the group and the heads per tile are multiples of 16 (HEAD_TILING_INTS)."""
+    return dict(GROUP_DIV16=tiling["group"] % 16 == 0, TILE_DIV16=tiling["heads_per_tile"] % 16 == 0)
+
+
+@triton.jit
+def hinted_head_tiling(group, heads_per_tile, GROUP_DIV16: tl.constexpr, TILE_DIV16: tl.constexpr):
+    """group and heads_per_tile with the divisibility head_hints found on the host, written as
+    arithmetic Triton's alignment analysis reads (with tl.multiple_of on the argument the row
+    masks stayed one predicate a row, not one per 16 rows: sm_90 PTX, triton 3.6.0)."""
+    if GROUP_DIV16:
+        group = group // 16 * 16
+    if TILE_DIV16:
+        heads_per_tile = heads_per_tile // 16 * 16
+    return group, heads_per_tile
+
+
 def stage1_constexprs(ctx, softcap) -> dict:
-    """Stage 1's tile sizes, feature switches, head-dim split and launch config."""
+    """Stage 1's tile sizes, feature switches, head-dim split, head hints and launch config."""
     return dict(BLOCK_H=ctx.tiling["BLOCK_H"], BLOCK_N=ctx.block_n, SOFTCAP=bool(softcap),
-                SHARE_KV=ctx.share_kv, E4M3_BITS=ctx.e4m3_bits, **ctx.dims, **ctx.cfg)
+                SHARE_KV=ctx.share_kv, E4M3_BITS=ctx.e4m3_bits, **head_hints(ctx.tiling), **ctx.dims, **ctx.cfg)
 
 
 def split_k_scratch(q, partials, partial_lse, shapes):
