@@ -50,10 +50,10 @@ MAX_HEADS_PER_TILE = 64  # query heads sharing one K/V load (rows of the score t
 # unspecialized made the split-K kernels 10-69 % slower (close 8, docs/gpu-runs/2026-12-01-h200/);
 # the head tiling (group, heads per tile, tiles per KV head) and the LSE strides unspecialized
 # on top of the four scalars, 92 variants but 27 % slower at 32/8/128 1 x 128k (s16).
-# Since then the group and the heads per tile are not specialized by Triton either. Their one value class
-# that changes the code, a multiple of 16, reaches stage 1 as the constexprs GROUP_DIV16 /
-# TILE_DIV16 (head_hints); Triton's own three classes (1, a multiple of 16, other) gave the
-# parity set's MHA cases (group 1) variants of their own. H100, cold main jobs
+# Since then the group and the heads per tile are not specialized by Triton either. Their one
+# value class that changes the code, a multiple of 16, reaches stage 1 as the constexprs
+# GROUP_DIV16 / TILE_DIV16 (head_hints); Triton's own three classes (1, a multiple of 16,
+# other) gave the parity set's MHA cases (group 1) variants of their own. H100, cold main jobs
 # (docs/gpu-runs/2026-12-06-h100-s40): the two stage-1 kernels compiled 204 variants, 173 with
 # these hints. The GQA cells timed (groups 4 and 8) compile to the same PTX as before (sm_90,
 # triton 3.6.0). Dropping the multiple-of-16 class as well (165 variants) made the MLA cell
