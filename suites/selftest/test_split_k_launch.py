@@ -47,14 +47,17 @@ def test_kv_bytes_is_checked():
 # and the LSE strides (s20: 412 -> 303 variants in a cold main job, every peer-table cell
 # within 0.8 %, the same registers; stage 2's chunk axis too). The head tiling, unspecialized too, made 1 x 128k 27 %
 # slower (s16-3), and the page size and K/V strides 10-69 % (close 8): they stay specialized.
+# Since session 40 stage 1's group and heads per tile are unspecialized, their multiple-of-16
+# class passed as constexpr hints instead (GQA PTX unchanged, the MLA cell -2.4 % on an H100;
+# without the hints +37 %: docs/gpu-runs/2026-12-06-h100-s40/); tiles_per_kv stays.
 # Written out here, not read from tc.LSE_STRIDES: the test names what it expects.
 LSE_STRIDES = ("stride_lb", "stride_lh", "stride_lseb", "stride_lseh")  # partial and final LSE
 UNSPECIALIZED = {
     "_adaptive_stage1": {"has_sinks", "store_lse", "pdl_early", "visible", "grid", "occupancy", "B", "ceiling",
-                         *LSE_STRIDES},
+                         *LSE_STRIDES, "group", "heads_per_tile"},
     "_adaptive_stage2": {"has_sinks", "store_lse", "visible", "grid", "occupancy", "B", "ceiling",
                          *LSE_STRIDES},
-    "_fixed_stage1": {"visible", "num_splits", "stride_lb", "stride_lh"},
+    "_fixed_stage1": {"visible", "num_splits", "stride_lb", "stride_lh", "group", "heads_per_tile"},
     "_fixed_stage2": {"has_sinks", "store_lse", "visible", "num_splits", *LSE_STRIDES},
     # Lean reads its head counts once per segment, outside the key loop; TILES_PER_KV stays.
     "lean_decode_kernel": {"B", "window", "NUM_KV_HEADS", "GROUP", "HPT", "stride_lb"},
@@ -70,3 +73,16 @@ def test_only_per_launch_scalars_are_unspecialized(name):
     if listed is None:  # the CPU interpreter's wrapper keeps the decorator's arguments in kwargs
         listed = kernel.kwargs.get("do_not_specialize", [])
     assert set(listed) == UNSPECIALIZED[name]
+
+
+# (group, heads per tile) -> (GROUP_DIV16, TILE_DIV16): the hint is claimed only for a multiple
+# of 16, never for a group or tile merely large (24, 40) or a multiple of 8 (8).
+HINTS = [((1, 1), (False, False)), ((8, 8), (False, False)), ((16, 16), (True, True)),
+         ((24, 24), (False, False)), ((80, 40), (True, False)), ((128, 64), (True, True))]
+
+
+@pytest.mark.parametrize("tiling,expected", HINTS, ids=[f"g{g}-t{t}" for (g, t), _ in HINTS])
+def test_head_hints_claim_only_multiples_of_16(tiling, expected):
+    group, heads_per_tile = tiling
+    hints = tc.head_hints(dict(group=group, heads_per_tile=heads_per_tile))
+    assert (hints["GROUP_DIV16"], hints["TILE_DIV16"]) == expected
