@@ -46,7 +46,7 @@ PROFILES = ("interpreter", "gpu")
 AXES: dict[str, tuple[str, ...]] = {
     "kv_dtype": ("bf16", "fp16", "e4m3", "e5m2"),
     "layout": ("paged16", "contig", "paged1", "paged64", "paged256", "paged16-kv2"),
-    "heads": ("g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8", "mqa"),
+    "heads": ("g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8", "mqa", "g29"),
     "head_dim": ("d64", "d80", "d96", "d128", "d256", "mla576", "mla288"),
     "window": ("none", "counts-current", "excludes-current"),
     "window_start": ("-", "page-start", "page-start+1", "page-end", "before-start"),
@@ -63,8 +63,9 @@ AXIS_DOCS = {
     "layout": "contiguous slots, or pages of 1/16/64/256 slots; paged16-kv2: K and V pages interleaved in one "
               "tensor (a page stride that is not page_size slots)",
     "heads": "GQA group (query heads per KV head; g1 = MHA) with 2 KV heads (interpreter) or 8 (GPU); mqa: one KV "
-             "head under 16 (interpreter) or 32 (GPU) query heads. MLA has one latent KV head: the value is its "
-             "query-head count (mqa: 16 / 32)",
+             "head under 16 (interpreter) or 32 (GPU) query heads; g29: Falcon-180B's group (232 query heads over 8 "
+             "KV heads), 16 or more yet odd and no multiple of 8 or 16, so a head tile must mask its last rows. MLA "
+             "has one latent KV head: the value is its query-head count (mqa: 16 / 32)",
     "head_dim": "head dim 64/80/96/128/256 (V the same), or the MLA rope splits 576/512 (DeepSeek) and 288/256",
     "window": "no sliding window, or one given in either convention (counts the current token, or excludes it)",
     "window_start": "where the first visible key of the longest request falls: on a page's first slot, its second, "

@@ -70,11 +70,12 @@ def test_table_has_the_issue_values():
 
 
 def test_interpreter_sizes_stay_small():
-    """CPU time: few requests, short lengths, two KV heads (mqa: one) on the interpreter profile."""
+    """CPU time: few requests, short lengths, two KV heads (mqa: one) on the interpreter profile;
+    query heads at most g29's 58."""
     for c in cs.build_set("parity", "interpreter"):
         if c.label:
             continue
-        assert c.batch <= 3 and c.max_len <= 520 and c.num_kv_heads <= 2 and c.num_q_heads <= 16, c.id
+        assert c.batch <= 3 and c.max_len <= 520 and c.num_kv_heads <= 2 and c.num_q_heads <= 58, c.id
 
 
 def test_gpu_profile_reaches_long_contexts():
