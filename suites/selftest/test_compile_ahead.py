@@ -317,3 +317,19 @@ def test_cases_do_not_wait_for_the_pool_and_the_run_reports_it(tmp_path):
     assert "compile ahead: the pool had not finished when the cases had" in run.stdout, run.stdout[-2000:]
     left = [p for p in pathlib.Path("/proc").glob("[0-9]*/cmdline") if str(manifest) in _cmdline(p)]
     assert not left, "the pool outlived the run"
+
+
+def test_every_shipped_manifest_is_what_its_path_names():
+    """`--compile-ahead=auto` finds fixtures/compile_ahead/<gpu class>/triton-<version>.json and
+    uses it only when its own fields say that class and version: a manifest whose fields
+    disagree with its path is never used (session 40's was written with the CPU's Triton
+    version in it)."""
+    from decode_conformance.resources import data_path
+    root = data_path(compile_ahead.MANIFEST_DIR)
+    shipped = sorted(root.glob("*/triton-*.json"))
+    assert shipped, f"no manifest under {root}"
+    for path in shipped:
+        m = compile_ahead.load_manifest(path)
+        assert path.parts[-3:] == compile_ahead.manifest_name(m["gpu_class"], m["triton"]), (path, m["gpu_class"],
+                                                                                              m["triton"])
+        assert m["entries"], path
