@@ -32,6 +32,9 @@ def decode(batch, *, compute=torch.float32, out=None, lse=None, drop_last=False,
     n = bt.shape[1] * P
     k = batch.k_cache[bt].reshape(B, n, Hkv, Dk)
     v = v_cache[bt].reshape(B, n, Hkv, Dv)
+    if bug == "flat_head_tiles":  # each query head reads the KV head its tile was given
+        kv_of = torch.tensor(flat_tile_kv_heads(Hq, G), device=q.device)
+        k, v, Hkv, G = k[:, :, kv_of], v[:, :, kv_of], Hq, 1
     pos = torch.arange(n, device=q.device)[None, :]
     length = batch.seq_lens.long()[:, None]
     start = (length - batch.window).clamp_min(0) if batch.window is not None else torch.zeros_like(length)
@@ -158,6 +161,27 @@ class VWithKStrides(_ReadsInputsWrong):
     """V addressed with K's strides (vllm-xpu-kernels #449): right while both share a layout."""
     name = "toy_v_with_k_strides"
     bug = "v_with_k_strides"
+
+
+HEAD_TILE = 16
+
+
+def flat_tile_kv_heads(num_q_heads: int, group: int) -> list[int]:
+    """The KV head each query head reads when heads are cut into tiles of HEAD_TILE counted
+    from head 0 and tile t reads KV head t // cdiv(group, HEAD_TILE). A tile stays inside one
+    group while group <= HEAD_TILE (a tile is then the group) or group is a multiple of it."""
+    per_tile = min(group, HEAD_TILE)
+    tiles_per_group = -(-group // HEAD_TILE)
+    return [(h // per_tile) // tiles_per_group for h in range(num_q_heads)]
+
+
+class FlatHeadTiles(_ReadsInputsWrong):
+    """Query heads tiled 16 at a time from head 0, each tile reading one KV head
+    (flat_tile_kv_heads): right for groups up to 16 and multiples of 16; for any other group
+    over 16 a tile straddles two groups and its last heads read the previous KV head. sglang
+    0.5.23's grouped Triton decode maps heads this way (docs/conformance-matrix.md, triage)."""
+    name = "toy_flat_head_tiles"
+    bug = "flat_head_tiles"
 
 
 class SinkWithoutMax(_ReadsInputsWrong):
