@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Protocol, runtime_checkable
 
 from .batch import DecodeBatch
-from .cases import DTYPES, LAYOUTS, WINDOW_CONVENTIONS, Case
+from .cases import DTYPES, INPUT_FORMS, LAYOUTS, WINDOW_CONVENTIONS, Case
 from .reference import DEQUANT_KV, FP8_MATH, FP8_Q_AND_P, SOFTMAX_SUMS, SUM_FP32
 
 # Where kernel specs come from lives in a module without torch (the first usage checks of a run
@@ -118,6 +118,9 @@ class Capabilities:
     # Further declared limits on the case's shape (ShapeRule): every rule must hold.
     shape_rules: tuple = ()
     window_convention: Optional[str] = "counts-current"  # None: no sliding window
+    # How the tensors may be handed over (cases.INPUT_FORMS: a strided q, a capacity-wide page
+    # table, V with strides of its own); None: every form.
+    input_forms: Optional[frozenset] = None
     mla: bool = True
     softcap: bool = True
     sinks: bool = True
@@ -145,15 +148,18 @@ class Capabilities:
     unavailable: Optional[str] = None
 
     def __post_init__(self):
-        for name in ("kv_dtypes", "layouts", "devices", "page_sizes", "head_dims"):
+        for name in ("kv_dtypes", "layouts", "devices", "page_sizes", "head_dims", "input_forms"):
             value = getattr(self, name)
-            if value is None and name in ("page_sizes", "head_dims"):
+            if value is None and name in ("page_sizes", "head_dims", "input_forms"):
                 continue
             if isinstance(value, (str, bytes)) or not isinstance(value, (set, frozenset, list, tuple)):
                 raise ValueError(f"Capabilities.{name}: expected a set, e.g. frozenset({{...}}), got "
                                  f"{type(value).__name__} {value!r}")
             object.__setattr__(self, name, frozenset(value))
-        for name, allowed in (("kv_dtypes", DTYPES), ("layouts", LAYOUTS), ("devices", DEVICES)):
+        for name, allowed in (("kv_dtypes", DTYPES), ("layouts", LAYOUTS), ("devices", DEVICES),
+                              ("input_forms", INPUT_FORMS)):
+            if getattr(self, name) is None:
+                continue
             unknown = set(getattr(self, name)) - set(allowed)
             if unknown or not getattr(self, name):
                 raise ValueError(f"Capabilities.{name}: expected a non-empty subset of {sorted(allowed)}, got "
@@ -208,6 +214,8 @@ class Capabilities:
         if self.gqa_groups is not None and case.group not in self.gqa_groups:
             miss.append(f"GQA group {case.group} (supported: {', '.join(str(g) for g in sorted(self.gqa_groups))})")
         miss += [why for why in (r.violation(case) for r in self.shape_rules) if why]
+        if self.input_forms is not None and case.inputs not in self.input_forms:
+            miss.append(f"input form {case.inputs} (supported: {', '.join(sorted(self.input_forms))})")
         if case.window is not None and self.window_convention is None:
             miss.append("sliding window")
         if case.mla and not self.mla:
@@ -233,6 +241,8 @@ class Capabilities:
             parts.append("groups " + ",".join(str(g) for g in sorted(self.gqa_groups)))
         for r in self.shape_rules:
             parts.append("rule " + r.bounds())
+        if self.input_forms is not None:
+            parts.append("inputs " + ",".join(sorted(self.input_forms)))
         parts.append(f"window {self.window_convention}" if self.window_convention else "no window")
         parts.append(f"fp8 {self.fp8_math}")
         if self.softmax_sum != SUM_FP32:

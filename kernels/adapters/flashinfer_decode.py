@@ -59,6 +59,7 @@ import dataclasses
 import math
 from typing import Optional
 
+from decode_conformance.cases import INPUT_FORMS
 from decode_conformance.kernel_api import Capabilities
 from decode_conformance.reference import SUM_ROUNDED_P
 
@@ -77,6 +78,9 @@ CAPS = Capabilities(
     head_dims=frozenset({64, 128, 256}),
     gqa_groups=CUDA_CORE_GROUPS,
     window_convention="excludes-current",
+    # The CUDA-core decode checks that paged_k_cache and paged_v_cache have the same strides and
+    # raises otherwise: it addresses V through K's (csrc/batch_decode.cu, "K/V strides differ").
+    input_forms=frozenset(INPUT_FORMS) - {"v-head-major"},
     mla=False,
     softcap=True,
     sinks=False,
@@ -87,7 +91,8 @@ CAPS = Capabilities(
 )
 # The fa2 prefill kernel casts P to the query dtype and sums the denominator from the cast values
 # (include/flashinfer/attention/prefill.cuh, compute_sfm_v: vec_cast, m16k16_rowsum_f16f16f32).
-TC_CAPS = dataclasses.replace(CAPS, gqa_groups=None, softmax_sum=SUM_ROUNDED_P)
+# It builds a module for K and V of independent strides (`paged_kv_stride_independent`).
+TC_CAPS = dataclasses.replace(CAPS, gqa_groups=None, input_forms=None, softmax_sum=SUM_ROUNDED_P)
 
 
 def variant_caps(use_tensor_cores: bool, cuda_graph: bool) -> Capabilities:

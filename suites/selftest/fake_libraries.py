@@ -159,6 +159,10 @@ def fake_flashinfer():
             p = self.p
             k_cache, v_cache = paged_kv_cache
             assert k_cache.dtype == p["kv_dtype"] and k_cache.shape[1] == p["P"]
+            if not self.tc and k_cache.stride() != v_cache.stride():  # csrc/batch_decode.cu checks it
+                i = next(i for i, (a, b) in enumerate(zip(k_cache.stride(), v_cache.stride())) if a != b)
+                raise RuntimeError(f"Check failed: k_strides[i] == v_strides[i] ({k_cache.stride(i)} vs. "
+                                   f"{v_cache.stride(i)}) : K/V strides differ at dim {i}")
             sm_scale = p["sm_scale"] * (k_scale if k_scale is not None else 1.0)
             indptr, indices, last = (t.tolist() for t in self.bufs)  # read at run time, as the kernel does
             out = torch.empty(q.shape[0], q.shape[1], v_cache.shape[-1], dtype=q.dtype) if out is None else out

@@ -197,6 +197,25 @@ def test_flashinfer_cuda_core_declares_its_group_sizes(fake_fi):
     assert not res.ok and f"Unsupported group_size: {case.group}" in res.message, res.message
 
 
+def test_flashinfer_cuda_core_declares_k_and_v_share_strides(fake_fi):
+    """V with strides of its own (the v-head-major form) is skipped by the CUDA-core decode,
+    naming the form; the tensor-core form runs it. Planted: without the declaration run()
+    raises flashinfer's stride check, as on the H100 (session 41)."""
+    import dataclasses
+    case = next(c for c in build_set("parity", "interpreter")
+                if c.inputs == "v-head-major" and not dataclasses.replace(FI_CAPS, input_forms=None)
+                .missing_for(c, "cuda"))
+    assert fake_fi.caps.missing_for(case, "cuda") == [
+        "input form v-head-major (supported: packed, q-strided, table-wide)"]
+    tc = load_kernel(FI_SPEC + "_tc")
+    assert tc.caps.missing_for(case, "cuda") == []
+    res = run_case(tc, case, "cpu")
+    assert res.ok, res.message
+    fake_fi.caps = dataclasses.replace(fake_fi.caps, input_forms=None)
+    res = run_case(fake_fi, case, "cpu")
+    assert not res.ok and "K/V strides differ" in res.message, res.message
+
+
 def test_flashinfer_cuda_core_path_has_no_graph_form(fake_fi):
     """flashinfer 0.7.2's CUDA-core plan() drops disable_split_kv (decode.py, _plan_impl), so
     a graph form of it would replay a split plan fixed to the planned lengths: with flashinfer

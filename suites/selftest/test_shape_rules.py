@@ -1,6 +1,7 @@
-"""Declared shape support (Capabilities.gqa_groups, Capabilities.shape_rules): a case outside
-it is skipped with a reason naming the field, its value and what is supported; a kernel that
-declares nothing supports every shape; a malformed declaration is one clear error."""
+"""Declared shape and input-form support (Capabilities.gqa_groups, .shape_rules, .input_forms): a
+case outside it is skipped with a reason naming the field, its value and what is supported; a
+kernel that declares nothing supports every shape and form; a malformed declaration is one clear
+error."""
 from __future__ import annotations
 
 import pytest
@@ -52,6 +53,16 @@ def test_a_rule_can_hold_only_when_another_does():
         ShapeRule("group", max=64, when=("head_dim", 513))
 
 
+def test_input_forms_name_the_form_in_the_skip_reason():
+    v_own_strides = GQA4.replace(inputs="v-head-major")
+    assert Capabilities().missing_for(v_own_strides, "cuda") == []
+    caps = Capabilities(input_forms=frozenset({"packed", "q-strided", "table-wide"}))
+    assert caps.missing_for(GQA4, "cuda") == []
+    assert caps.missing_for(v_own_strides, "cuda") == [
+        "input form v-head-major (supported: packed, q-strided, table-wide)"]
+    assert "inputs packed,q-strided,table-wide" in caps.describe()
+
+
 @pytest.mark.parametrize("make,field", [
     (lambda: ShapeRule("heads", max=4), "ShapeRule.field"),
     (lambda: ShapeRule("group"), "ShapeRule('group')"),
@@ -59,6 +70,9 @@ def test_a_rule_can_hold_only_when_another_does():
     (lambda: Capabilities(shape_rules=("group<=4",)), "Capabilities.shape_rules"),
     (lambda: Capabilities(gqa_groups={1, 2}), "Capabilities.gqa_groups"),
     (lambda: Capabilities(gqa_groups=frozenset({0, 2})), "Capabilities.gqa_groups"),
+    (lambda: Capabilities(input_forms="packed"), "Capabilities.input_forms"),
+    (lambda: Capabilities(input_forms=frozenset({"packed", "k-head-major"})), "Capabilities.input_forms"),
+    (lambda: Capabilities(input_forms=frozenset()), "Capabilities.input_forms"),
 ])
 def test_malformed_declaration_is_one_clear_error(make, field):
     with pytest.raises(ValueError, match=rf"^{field.replace('(', '[(]').replace(')', '[)]')}: expected"):
