@@ -20,7 +20,8 @@ from .batch import DecodeBatch
 from .cases import Case
 from .factories import build
 from .kernel_api import DecodeKernel
-from .metrics import Thresholds, Verdict, judge
+from .diagnose import kv_head_misreads
+from .metrics import THRESHOLDS, Thresholds, Verdict, judge
 from .pristine import InputGuard
 from .reference import Reference, TierResult, reference, tier_attention
 
@@ -180,9 +181,15 @@ def build_checked(kernel: DecodeKernel, case: Case, device, seed: Optional[int] 
 
 def verdict_of(kernel: DecodeKernel, case: Case, batch: DecodeBatch, ref: Reference, tier: TierResult,
                thresholds: Optional[Thresholds] = None) -> Verdict:
-    """The judge on the batch's current output (the LSE only where the kernel returns one)."""
-    return judge(case, batch.out, batch.lse if kernel.caps.lse else None, ref.out, ref.lse, ref.visible,
-                 tier.outs, tier.lses, batch.sinks, thresholds, lse_slack=tier.lse_slack)
+    """The judge on the batch's current output (the LSE only where the kernel returns one); a
+    failure whose rows match another KV head's attention says so (diagnose.py)."""
+    verdict = judge(case, batch.out, batch.lse if kernel.caps.lse else None, ref.out, ref.lse, ref.visible,
+                    tier.outs, tier.lses, batch.sinks, thresholds, lse_slack=tier.lse_slack)
+    if verdict.rows_over:
+        note = kv_head_misreads(case, batch, batch.out, ref, tier, (thresholds or THRESHOLDS).budget_ratio)
+        if note:
+            verdict.failures.append(note)
+    return verdict
 
 
 def run_case(kernel: DecodeKernel, case: Case, device="cpu", seed: Optional[int] = None,

@@ -32,8 +32,9 @@ def decode(batch, *, compute=torch.float32, out=None, lse=None, drop_last=False,
     n = bt.shape[1] * P
     k = batch.k_cache[bt].reshape(B, n, Hkv, Dk)
     v = v_cache[bt].reshape(B, n, Hkv, Dv)
-    if bug == "flat_head_tiles":  # each query head reads the KV head its tile was given
-        kv_of = torch.tensor(flat_tile_kv_heads(Hq, G), device=q.device)
+    if bug in ("flat_head_tiles", "kv_heads_interleaved"):  # each query head reads the KV head given it
+        kv_of = torch.tensor(flat_tile_kv_heads(Hq, G) if bug == "flat_head_tiles"
+                             else [h % Hkv for h in range(Hq)], device=q.device)
         k, v, Hkv, G = k[:, :, kv_of], v[:, :, kv_of], Hq, 1
     pos = torch.arange(n, device=q.device)[None, :]
     length = batch.seq_lens.long()[:, None]
@@ -182,6 +183,14 @@ class FlatHeadTiles(_ReadsInputsWrong):
     0.5.23's grouped Triton decode maps heads this way (docs/conformance-matrix.md, triage)."""
     name = "toy_flat_head_tiles"
     bug = "flat_head_tiles"
+
+
+class InterleavedKvHeads(_ReadsInputsWrong):
+    """Query head h reads KV head h % Hkv instead of h // group: the query heads taken as
+    [group, Hkv] where they are [Hkv, group] (a `repeat` where `repeat_interleave` belongs).
+    Right for MHA and MQA only."""
+    name = "toy_kv_heads_interleaved"
+    bug = "kv_heads_interleaved"
 
 
 class SinkWithoutMax(_ReadsInputsWrong):
