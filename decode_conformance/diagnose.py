@@ -7,7 +7,8 @@ another KV head to within its own budget. sglang 0.5.23's grouped decode does th
 failure turns "84 of 232 heads over budget" into "heads 29-31 read KV head 0, not 1".
 
 Runs only on a verdict with rows over budget and a case with more than one KV head; costs one
-reference pass per KV head, on the failure path alone.
+reference pass per KV head, on the failure path alone. It reads the inputs after the launch: a
+kernel that wrote them has already failed for that (runner.guarded), before any verdict.
 """
 from __future__ import annotations
 
