@@ -20,9 +20,9 @@ import toy_decode  # noqa: E402
 PROFILE = "interpreter"
 
 
-def _misread_heads(case) -> list[int]:
-    kv_of = toy_decode.flat_tile_kv_heads(case.num_q_heads, case.group)
-    return [h for h, kv in enumerate(kv_of) if kv != h // case.group]
+def _misread_heads(num_q_heads: int, group: int) -> list[int]:
+    kv_of = toy_decode.flat_tile_kv_heads(num_q_heads, group)
+    return [h for h, kv in enumerate(kv_of) if kv != h // group]
 
 
 def _visible_requests(case) -> int:
@@ -31,24 +31,24 @@ def _visible_requests(case) -> int:
 
 def test_flat_head_tiles_misread_only_groups_over_16_off_the_tile():
     # The tiling's arithmetic on its own: which (query heads, group) shapes it gets wrong.
-    assert _misread_heads(type("C", (), dict(num_q_heads=58, group=29))) == [29, 30, 31]
-    assert len(_misread_heads(type("C", (), dict(num_q_heads=232, group=29)))) == 84
+    assert _misread_heads(58, 29) == [29, 30, 31]
+    assert len(_misread_heads(232, 29)) == 84
     for heads, group in ((64, 8), (128, 32), (32, 16), (128, 128), (56, 7), (29, 29)):
-        assert _misread_heads(type("C", (), dict(num_q_heads=heads, group=group))) == [], (heads, group)
+        assert _misread_heads(heads, group) == [], (heads, group)
 
 
 def test_g29_catches_flat_head_tiles_on_exactly_the_misread_rows_and_its_g8_twin_does_not():
     # Only the g29 GQA cases expose it: without them the whole parity set passes this bug.
-    exposed = [c for c in cs.build_set("parity", PROFILE) if _misread_heads(c)]
+    exposed = [c for c in cs.build_set("parity", PROFILE) if _misread_heads(c.num_q_heads, c.group)]
     assert len(exposed) >= 4 and all(c.num_q_heads == 58 and c.group == 29 for c in exposed), [c.id for c in exposed]
     good, bad = toy_decode.ToyDecode(), toy_decode.FlatHeadTiles()
     for case in exposed:
         assert run_case(good, case, "cpu").ok, f"toy_decode failed {case.id}"
         res = run_case(bad, case, "cpu")
         assert not res.ok, f"{bad.name} passed {case.id}"
-        want = len(_misread_heads(case)) * _visible_requests(case)
+        want = len(_misread_heads(case.num_q_heads, case.group)) * _visible_requests(case)
         assert res.verdict.rows_over == want, f"{case.id}: {res.verdict.rows_over} rows over, expected {want}"
         twin = cs.realize(dict(cs.classify(case, PROFILE), heads="g8"), PROFILE)
-        assert twin is not None and not _misread_heads(twin), case.id
+        assert twin is not None and not _misread_heads(twin.num_q_heads, twin.group), case.id
         assert run_case(bad, twin, "cpu").ok, f"{bad.name} failed the g8 twin {twin.id}"
 
