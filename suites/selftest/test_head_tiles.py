@@ -46,6 +46,8 @@ def test_g29_catches_flat_head_tiles_on_exactly_the_misread_rows_and_its_g8_twin
         assert run_case(good, case, "cpu").ok, f"toy_decode failed {case.id}"
         res = run_case(bad, case, "cpu")
         assert not res.ok, f"{bad.name} passed {case.id}"
+        # the failure names the heads and the KV head they read (decode_conformance/diagnose.py)
+        assert "heads 29-31 (KV head 1) read KV head 0" in res.message, (case.id, res.message)
         want = len(_misread_heads(case.num_q_heads, case.group)) * _visible_requests(case)
         assert res.verdict.rows_over == want, f"{case.id}: {res.verdict.rows_over} rows over, expected {want}"
         twin = cs.realize(dict(cs.classify(case, PROFILE), heads="g8"), PROFILE)
