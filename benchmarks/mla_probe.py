@@ -280,3 +280,44 @@ def tma_64():
 
 def tma_32_dv2():
     return MlaProbe("mla_probe_tma_32_dv2", tma=True, pages=2, stages=2, slices=2)
+
+
+def gather_64_w16():
+    """gather_64 at 16 warps: four warpgroups, 64 accumulator registers a thread, so more warps
+    an SM to hide each other's loads and softmax (128 registers at most a thread; sm_90 compile,
+    triton 3.9.0 on a CPU: 448 bytes of spill in the shipped loop's form)."""
+    return MlaProbe("mla_probe_gather_64_w16", tma=False, pages=4, stages=2, warps=16)
+
+
+def gather_32_w16():
+    """32 keys a step in 3 stages at 16 warps."""
+    return MlaProbe("mla_probe_gather_32_w16", tma=False, pages=2, stages=3, warps=16)
+
+
+class ShippedLaunchConfig:
+    """The shipped split-K kernel (`adaptive_split`) with another launch config on the MLA row
+    (576 / 512): `block_n` keys a step, `warps`, `stages`; other rows are the shipped launch."""
+
+    def __new__(cls, name: str, block_n: int, warps: int, stages: int):
+        from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
+
+        class _Kernel(AdaptiveSplitKernel):
+            def launch_options(self, batch):
+                opts = super().launch_options(batch)
+                if batch.v_from_k and batch.head_dim == D_MAIN + D_PE:
+                    opts.update(num_warps=warps, num_stages=stages)
+                return opts
+
+        kernel = _Kernel(block_n=block_n)
+        kernel.name = name
+        return kernel
+
+
+def shipped_64_w16():
+    """The shipped MLA stage 1 (masks, `tl.exp`, slot-id addressing) at 16 warps, 64 keys, 2 stages."""
+    return ShippedLaunchConfig("adaptive_mla_64_w16", 64, 16, 2)
+
+
+def shipped_32_w16():
+    """The shipped MLA stage 1 at 16 warps, 32 keys, 3 stages (147,712 bytes of shared memory)."""
+    return ShippedLaunchConfig("adaptive_mla_32_w16", 32, 16, 3)
