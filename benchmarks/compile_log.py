@@ -14,9 +14,12 @@ JSON line per event: process, kind, kernel, its specialization by argument and t
 took. A compile that found its binary in Triton's on-disk cache still passes the hooks, only
 quickly; the summary counts as real compiles those over `--real` seconds.
 
-In the pytest processes it is also a pytest plugin (sitecustomize names it in PYTEST_PLUGINS):
-one line per test (its worker, start and seconds) and one per wait for a heavy case's GPU slot
-(decode_conformance/device_memory.py), so the summary can split each worker's time line.
+In the pytest processes `compile_log_plugin.py` (sitecustomize names it in PYTEST_PLUGINS) adds
+one line per test (its worker, start and seconds) and one per phase of the process (configured,
+collected, session finished, exited), and this module one per wait for a heavy case's GPU slot
+(decode_conformance/device_memory.py), so the summary can split each worker's time line and show
+each process's start-up and end. Triton's hooks go in when a process first imports triton, not at
+its start, so a logged process starts as fast as an unlogged one.
 
 The summary answers what a cold run's time is made of: per kernel, the distinct variants
 (specialization keys), how often a variant was compiled in more than one process, the seconds,
@@ -31,9 +34,13 @@ from __future__ import annotations
 import argparse
 import collections
 import hashlib
+import atexit
+import importlib.abc
+import importlib.util
 import json
 import os
 import pathlib
+import sys
 import time
 
 _SINK = None  # this process's line writer, once install() ran
@@ -44,25 +51,66 @@ def _proc() -> str:
     return f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}"
 
 
-def install(out_dir: str) -> None:
-    """Log this process's Triton compiles and host-module builds under out_dir (one file per process).
-    The kernel lines are decode_conformance.compile_ahead's records (which a compile-ahead manifest
-    is built from), with this summary's fields added."""
+def install(out_dir: str, born: float | None = None) -> None:
+    """Log this process under out_dir: its own lines (tests, phases, slot waits, host-module builds)
+    from now, its Triton compiles from the moment triton is first imported (`_after_import`). The
+    kernel lines are decode_conformance.compile_ahead's records (which a compile-ahead manifest is
+    built from), with this summary's fields added. `born`: the process's start (sitecustomize's
+    clock), now if not given. Importing triton here instead would cost every process of the run
+    ~0.4 s at start-up, and xdist starts its workers one after another: 12 workers began 3.7 s
+    apart in a logged run (session 42) where an unlogged one starts them together."""
     global _SINK
+    born = time.time() if born is None else born
+    path = pathlib.Path(out_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    own = open(path / f"events-{os.getpid()}.jsonl", "a", buffering=1)
+
+    def write(**rec):
+        own.write(json.dumps({"proc": _proc(), "born": born, **rec}) + "\n")
+
+    _SINK = write
+    atexit.register(phase, "exit")
+    if "triton" in sys.modules:
+        _hook_triton(out_dir, born)
+    else:
+        sys.meta_path.insert(0, _AfterImport("triton", lambda: _hook_triton(out_dir, born)))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `then` once, right after the module `name` is first imported (and never fails that import)."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module, then = spec.loader.exec_module, self.then
+
+        def exec_then(module):
+            exec_module(module)
+            try:
+                then()
+            except Exception as e:  # a logger must not break the run it logs
+                write(kind="phase", kernel=f"log hooks failed: {type(e).__name__}: {e}", t0=time.time(), seconds=0.0)
+
+        spec.loader.exec_module = exec_then
+        return spec
+
+
+def _hook_triton(out_dir: str, born: float) -> None:
     from decode_conformance import compile_ahead
-    born = time.time()
 
     def fields(kw, t0) -> dict:
         jit = getattr(kw["fn"], "jit_function", None)
         return dict(proc=_proc(), born=born, kind="kernel", kernel=kw["fn"].name, t0=t0,
                     variant=variant(getattr(jit, "arg_names", []), kw["compile"]))
 
-    sink = compile_ahead.install_recorder(out_dir, extra=fields)
-
-    def write(**rec):
-        sink(json.dumps({"proc": _proc(), "born": born, **rec}))
-
-    _SINK = write
+    compile_ahead.install_recorder(out_dir, extra=fields)
     _time_slot_waits()
 
     # The host-side C modules (driver utilities, launchers): triton 3.6's driver calls the builder
@@ -81,9 +129,21 @@ def install(out_dir: str) -> None:
             return build(*args, **kwargs)
         finally:
             write(kind="host-module", kernel=kwargs.get("name", args[1] if len(args) > 1 else "?"), t0=t0,
-                  seconds=time.time() - t0, variant={"src": hashlib.sha1(str(kwargs.get("src", args[0] if args else "")).encode()).hexdigest()[:12]})
+                  seconds=time.time() - t0,
+                  variant={"src": hashlib.sha1(str(kwargs.get("src", args[0] if args else "")).encode()).hexdigest()[:12]})
 
     nv_driver.compile_module_from_src = timed_build
+
+
+def write(**rec) -> None:
+    """A line of this process's own (no-op before install)."""
+    if _SINK is not None:
+        _SINK(**rec)
+
+
+def phase(name: str) -> None:
+    """When this process reached `name` (configure, collected, sessionfinish, ... exit)."""
+    write(kind="phase", kernel=name, t0=time.time(), seconds=0.0)
 
 
 def _time_slot_waits() -> None:
@@ -103,29 +163,6 @@ def _time_slot_waits() -> None:
             _SINK(kind="slot-wait", kernel="", t0=t0, seconds=time.time() - t0)
 
     device_memory.SlotLock.__enter__ = timed_enter
-
-
-# ---- the pytest side: PYTEST_PLUGINS=benchmarks.compile_log (sitecustomize sets it) --------------
-
-try:
-    import pytest
-except ImportError:  # a kernel process without pytest: no tests to time there
-    pytest = None
-
-if pytest is not None:
-    def pytest_sessionstart(session):
-        """The run's start in the controller (its process's start is the summary's zero)."""
-        if _SINK is not None and not hasattr(session.config, "workerinput"):
-            _SINK(kind="session", kernel="", t0=time.time(), seconds=0.0)
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_protocol(item, nextitem):
-        t0 = time.time()
-        try:
-            return (yield)
-        finally:
-            if _SINK is not None:
-                _SINK(kind="test", kernel=item.nodeid, t0=t0, seconds=time.time() - t0)
 
 
 def variant(arg_names, compile) -> dict:
@@ -248,12 +285,47 @@ def _timeline(everything, compiles, t_first: float, slowest: int) -> list[str]:
         lines.append(f"| {w} | {born[w] - t_first:.1f} | {min(r['t0'] for r in ts) - t_first:.1f} | "
                      f"{max(r['t0'] + r['seconds'] for r in ts) - t_first:.1f} | {len(ts)} | {busy:.1f} | {comp:.1f} | "
                      f"{wait:.1f} | {busy - comp - wait:.1f} |")
+    lines += _phases(everything, tests, t_first)
     lines += ["", f"The {slowest} slowest tests:", "",
               "| test | worker | starts at | seconds | compile s | slot wait s |", "|---|---|---|---|---|---|"]
     for r in sorted(tests, key=lambda r: -r["seconds"])[:slowest]:
         w, t1 = _worker(r["proc"]), r["t0"] + r["seconds"]
         lines.append(f"| `{r['kernel'].split('::')[-1]}` | {w} | {r['t0'] - t_first:.1f} | {r['seconds']:.2f} | "
                      f"{_within(w_compiles[w], r['t0'], t1):.2f} | {_within(w_waits[w], r['t0'], t1):.2f} |")
+    return lines
+
+
+PHASES = ("configure", "sessionstart", "collected", "sessionfinish", "finished", "unconfigured", "exit")
+
+
+def _phases(everything, tests, t_first: float) -> list[str]:
+    """Each pytest process's start-up and end (compile_log_plugin's phase lines): when it began,
+    configured (the suite's state built), collected, ran its first and last test, began and ended
+    its session's finish (the controller's end includes waiting for its workers' processes to
+    end), unconfigured and exited. Empty for a log without phases."""
+    by_proc = collections.defaultdict(dict)
+    for r in everything:
+        if r.get("kind") == "phase" and r["kernel"] in PHASES:
+            by_proc[r["proc"]].setdefault(r["kernel"], r["t0"])
+            by_proc[r["proc"]].setdefault("born", r["born"])
+    pytest_procs = {p: ph for p, ph in by_proc.items() if "configure" in ph}
+    if not pytest_procs:
+        return []
+    tests_of = collections.defaultdict(list)
+    for r in tests:
+        tests_of[r["proc"]].append(r)
+    at = lambda t: "" if t is None else f"{t - t_first:.1f}"  # noqa: E731
+    lines = ["", "Each pytest process's phases (seconds from the first process's start; `finished`: its session's "
+                 "end, after the terminal summary and, in the controller, after its workers' processes ended):", "",
+             "| process | started | configure | sessionstart | collected | first test | last test ends | "
+             "sessionfinish | finished | unconfigured | exit |", "|" + "---|" * 11]
+    for proc, ph in sorted(pytest_procs.items(), key=lambda kv: (_worker(kv[0]) != "main", kv[1]["born"])):
+        ts = tests_of.get(proc, [])
+        first = min((r["t0"] for r in ts), default=None)
+        last = max((r["t0"] + r["seconds"] for r in ts), default=None)
+        cells = [at(ph["born"]), at(ph.get("configure")), at(ph.get("sessionstart")), at(ph.get("collected")),
+                 at(first), at(last)] + [at(ph.get(k)) for k in PHASES[3:]]
+        lines.append(f"| {proc} | " + " | ".join(cells) + " |")
     return lines
 
 

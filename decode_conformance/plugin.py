@@ -312,6 +312,8 @@ def pytest_sessionstart(session):
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     s = state_of(config)
+    if s is not None:
+        _skip_idle_hypothesis_summary(config)
     if s is None or hasattr(config, "workerinput"):
         return
     rows = config.stash.get(REPORT, [])
@@ -326,6 +328,31 @@ def pytest_sessionfinish(session, exitstatus):
         config.stash[_WRITTEN] = write_report(path, rows, s, empty)
         if _PARTIAL in config.stash:
             config.stash[_PARTIAL].finish()
+
+
+def _skip_idle_hypothesis_summary(config) -> None:
+    """Unregister hypothesis's pytest plugin before its terminal summary where that summary has
+    nothing to say. The summary imports the whole hypothesis package (for its observability
+    module) whether or not the run used hypothesis: 1.0-1.8 s a process, paid under xdist by every
+    worker after its last test and then by the controller, all inside the run's time. It reports
+    only hypothesis's statistics and failing examples (carried on test reports) and the files its
+    observability wrote (only in a process that imported hypothesis), so with hypothesis never
+    imported here and no report carrying its keys there is nothing to lose. Nothing else of that
+    plugin runs after this point."""
+    import sys
+    if "hypothesis" in sys.modules:
+        return
+    pm = config.pluginmanager
+    plugin = pm.get_plugin("hypothesispytest")
+    keys = tuple(getattr(plugin, name, None) for name in ("STATS_KEY", "FAILING_EXAMPLES_KEY"))
+    reporter = pm.get_plugin("terminalreporter")
+    if plugin is None or None in keys or reporter is None:
+        return  # another release of the plugin, or no summary to skip: leave it as it is
+    for reports in reporter.stats.values():
+        for report in reports:
+            if any(key in getattr(report, "__dict__", {}) for key in keys):
+                return
+    pm.unregister(plugin)
 
 
 _PARTIAL = pytest.StashKey[object]()

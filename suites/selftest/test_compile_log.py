@@ -58,7 +58,7 @@ def test_install_records_what_the_hooks_receive(tmp_path, monkeypatch):
     with offline_target({"backend": "cuda", "arch": 90, "warp_size": 32}):
         assert knobs.runtime.jit_cache_hook(**hook_kwargs) is False  # never skips the compile
         knobs.runtime.jit_post_compile_hook(**hook_kwargs)
-    (log,) = tmp_path.glob("*.jsonl")
+    (log,) = [p for p in tmp_path.glob("*.jsonl") if not p.name.startswith("events-")]  # not the process's own lines
     (rec,) = [json.loads(line) for line in log.read_text().splitlines()]
     assert rec["kernel"] == "stage1" and rec["kind"] == "kernel" and rec["seconds"] >= 0
     assert rec["variant"]["n"] == "i32=1"
@@ -82,3 +82,38 @@ def test_timeline_splits_each_workers_tests_into_compile_slot_wait_and_the_rest(
     assert "| gw0 | 2.0 | 10.0 | 15.0 | 2 | 5.0 | 2.0 | 0.5 | 2.5 |" in text
     assert "| `t[a]` | gw0 | 10.0 | 4.00 | 2.00 | 0.00 |" in text
     assert "| `t[b]` | gw0 | 14.0 | 1.00 | 0.00 | 0.50 |" in text
+
+
+def test_phases_give_each_pytest_process_its_start_up_and_end(tmp_path):
+    # the controller (pid 0) and gw0's pytest process (pid 1) with its phases; gw0's isolated kernel
+    # process (pid 2) only exits (no pytest hooks run there): it gets no row
+    def ph(proc, born, name, t0):
+        return {"proc": proc, "born": born, "kind": "phase", "kernel": name, "t0": t0, "seconds": 0.0}
+    rows = [ph("main-0", 0.0, "configure", 0.5), ph("main-0", 0.0, "sessionstart", 3.0),
+            ph("main-0", 0.0, "sessionfinish", 20.0), ph("main-0", 0.0, "finished", 22.5),
+            ph("main-0", 0.0, "unconfigured", 22.6), ph("main-0", 0.0, "exit", 22.7),
+            ph("gw0-1", 3.1, "configure", 3.5), ph("gw0-1", 3.1, "sessionstart", 7.0), ph("gw0-1", 3.1, "collected", 7.4),
+            {"proc": "gw0-1", "born": 3.1, "kind": "test", "kernel": "f.py::t[a]", "t0": 8.0, "seconds": 11.5},
+            ph("gw0-1", 3.1, "sessionfinish", 19.6), ph("gw0-1", 3.1, "finished", 19.7),
+            ph("gw0-1", 3.1, "unconfigured", 21.0), ph("gw0-1", 3.1, "exit", 21.1),
+            ph("gw0-2", 7.2, "exit", 21.0)]
+    (tmp_path / "x.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    text = compile_log.summarize(tmp_path, real=0.25)
+    assert "| main-0 | 0.0 | 0.5 | 3.0 |  |  |  | 20.0 | 22.5 | 22.6 | 22.7 |" in text
+    assert "| gw0-1 | 3.1 | 3.5 | 7.0 | 7.4 | 8.0 | 19.5 | 19.6 | 19.7 | 21.0 | 21.1 |" in text
+    assert "gw0-2" not in text
+
+
+def test_a_logged_process_imports_triton_only_when_it_would_anyway(tmp_path):
+    """install() at start-up (sitecustomize) leaves triton unimported, so a logged process starts as
+    fast as an unlogged one; the first `import triton` puts the compile hooks in."""
+    import subprocess
+    code = ("import sys; sys.path.insert(0, 'benchmarks'); import compile_log; "
+            f"compile_log.install({str(tmp_path)!r}); "
+            "print('before', 'triton' in sys.modules); "
+            "from triton import knobs; print('hooked', knobs.runtime.jit_post_compile_hook is not None)")
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["before", "False", "hooked", "True"], out.stdout + out.stderr[-2000:]
