@@ -74,27 +74,40 @@ def install(out_dir: str, born: float | None = None) -> None:
         _hook_triton(out_dir, born)
     else:
         sys.meta_path.insert(0, _AfterImport("triton", lambda: _hook_triton(out_dir, born)))
+    if "torch" not in sys.modules:  # how long its import took here (a span line)
+        sys.meta_path.insert(0, _AfterImport("torch"))
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs `then` once, right after the module `name` is first imported (and never fails that import)."""
+    """Runs `then` once, right after the module `name` is first imported (never failing that
+    import). It stays on the meta path until the module is loaded: a bare
+    `importlib.util.find_spec(name)` (torch asks so whether triton is installed) loads nothing."""
 
-    def __init__(self, name: str, then):
-        self.name, self.then = name, then
+    def __init__(self, name: str, then=None):
+        self.name, self.then, self.busy = name, then, False
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
+        if fullname != self.name or self.busy:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
+        t0 = time.time()
+        self.busy = True
+        try:
+            spec = importlib.util.find_spec(fullname)  # the finders after this one (it answers None now)
+        finally:
+            self.busy = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        exec_module, then = spec.loader.exec_module, self.then
+        exec_module = spec.loader.exec_module
 
         def exec_then(module):
             exec_module(module)
+            if self not in sys.meta_path:
+                return
+            sys.meta_path.remove(self)
+            write(kind="span", kernel=f"import {self.name}", t0=t0, seconds=time.time() - t0)
             try:
-                then()
+                if self.then is not None:
+                    self.then()
             except Exception as e:  # a logger must not break the run it logs
                 write(kind="phase", kernel=f"log hooks failed: {type(e).__name__}: {e}", t0=time.time(), seconds=0.0)
 
@@ -139,6 +152,23 @@ def write(**rec) -> None:
     """A line of this process's own (no-op before install)."""
     if _SINK is not None:
         _SINK(**rec)
+
+
+def timed(owner, attr: str, name: str) -> None:
+    """Wrap owner.attr so that each call writes a span line `name` (start, seconds)."""
+    fn = getattr(owner, attr, None)
+    if fn is None or getattr(fn, "_compile_log_timed", False):
+        return
+
+    def wrapper(*args, **kwargs):
+        t0 = time.time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            write(kind="span", kernel=name, t0=t0, seconds=time.time() - t0)
+
+    wrapper._compile_log_timed = True
+    setattr(owner, attr, wrapper)
 
 
 def phase(name: str) -> None:
@@ -219,7 +249,8 @@ def summarize(log_dir: pathlib.Path, real: float, slowest: int = 15) -> str:
     rows = [r for r in everything if r.get("kind", "kernel") in COMPILE_KINDS and "kernel" in r]
     t_first = min((r["born"] for r in everything), default=0.0)  # the first process's start: the time lines' zero
     if not rows:
-        return "\n".join([f"no compile records under {log_dir}"] + _timeline(everything, rows, t_first, slowest))
+        return "\n".join([f"no compile records under {log_dir}"] + _timeline(everything, rows, t_first, slowest)
+                         + _phases(everything, t_first) + _spans(everything))
     by_kernel = collections.defaultdict(list)
     for r in rows:
         by_kernel[r["kernel"]].append(r)
@@ -256,7 +287,7 @@ def summarize(log_dir: pathlib.Path, real: float, slowest: int = 15) -> str:
         sec = lambda kind: sum(r["seconds"] or 0 for r in rs if r.get("kind", "kernel") == kind)  # noqa: E731
         lines.append(f"| {proc} | {rs[0]['born'] - t_first:.1f} | {min(t0s) - t_first:.1f} | {max(ends) - t_first:.1f} | "
                      f"{sec('kernel'):.1f} | {sec('host-module'):.1f} |")
-    lines += _timeline(everything, rows, t_first, slowest)
+    lines += _timeline(everything, rows, t_first, slowest) + _phases(everything, t_first) + _spans(everything)
     return "\n".join(lines)
 
 
@@ -285,20 +316,24 @@ def _timeline(everything, compiles, t_first: float, slowest: int) -> list[str]:
         lines.append(f"| {w} | {born[w] - t_first:.1f} | {min(r['t0'] for r in ts) - t_first:.1f} | "
                      f"{max(r['t0'] + r['seconds'] for r in ts) - t_first:.1f} | {len(ts)} | {busy:.1f} | {comp:.1f} | "
                      f"{wait:.1f} | {busy - comp - wait:.1f} |")
-    lines += _phases(everything, tests, t_first)
-    lines += ["", f"The {slowest} slowest tests:", "",
-              "| test | worker | starts at | seconds | compile s | slot wait s |", "|---|---|---|---|---|---|"]
-    for r in sorted(tests, key=lambda r: -r["seconds"])[:slowest]:
-        w, t1 = _worker(r["proc"]), r["t0"] + r["seconds"]
-        lines.append(f"| `{r['kernel'].split('::')[-1]}` | {w} | {r['t0'] - t_first:.1f} | {r['seconds']:.2f} | "
-                     f"{_within(w_compiles[w], r['t0'], t1):.2f} | {_within(w_waits[w], r['t0'], t1):.2f} |")
-    return lines
+    def rows_of(title, chosen):
+        out = ["", title, "", "| test | worker | starts at | seconds | compile s | slot wait s |", "|---|---|---|---|---|---|"]
+        for r in chosen:
+            w, t1 = _worker(r["proc"]), r["t0"] + r["seconds"]
+            out.append(f"| `{r['kernel'].split('::')[-1]}` | {w} | {r['t0'] - t_first:.1f} | {r['seconds']:.2f} | "
+                       f"{_within(w_compiles[w], r['t0'], t1):.2f} | {_within(w_waits[w], r['t0'], t1):.2f} |")
+        return out
+
+    lines += rows_of(f"The {slowest} slowest tests:", sorted(tests, key=lambda r: -r["seconds"])[:slowest])
+    # the run's end: which tests kept workers busy after the others had run out of tests
+    last = sorted(tests, key=lambda r: -(r["t0"] + r["seconds"]))[:10]
+    return lines + rows_of("The 10 tests that ended last (the run's tail):", last)
 
 
 PHASES = ("configure", "sessionstart", "collected", "sessionfinish", "finished", "unconfigured", "exit")
 
 
-def _phases(everything, tests, t_first: float) -> list[str]:
+def _phases(everything, t_first: float) -> list[str]:
     """Each pytest process's start-up and end (compile_log_plugin's phase lines): when it began,
     configured (the suite's state built), collected, ran its first and last test, began and ended
     its session's finish (the controller's end includes waiting for its workers' processes to
@@ -312,7 +347,7 @@ def _phases(everything, tests, t_first: float) -> list[str]:
     if not pytest_procs:
         return []
     tests_of = collections.defaultdict(list)
-    for r in tests:
+    for r in (r for r in everything if r.get("kind") == "test"):
         tests_of[r["proc"]].append(r)
     at = lambda t: "" if t is None else f"{t - t_first:.1f}"  # noqa: E731
     lines = ["", "Each pytest process's phases (seconds from the first process's start; `finished`: its session's "
@@ -326,6 +361,25 @@ def _phases(everything, tests, t_first: float) -> list[str]:
         cells = [at(ph["born"]), at(ph.get("configure")), at(ph.get("sessionstart")), at(ph.get("collected")),
                  at(first), at(last)] + [at(ph.get(k)) for k in PHASES[3:]]
         lines.append(f"| {proc} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _spans(everything) -> list[str]:
+    """The timed start-up work (imports, the suite's state build and its parts), per kind of
+    process: count, median and longest seconds. Empty for a log without spans."""
+    pytest_procs = {r["proc"] for r in everything if r.get("kind") == "phase" and r["kernel"] == "configure"}
+    groups = collections.defaultdict(list)
+    for r in everything:
+        if r.get("kind") == "span":
+            where = "pytest process" if r["proc"] in pytest_procs else "kernel process"
+            groups[(r["kernel"], where)].append(r["seconds"])
+    if not groups:
+        return []
+    lines = ["", "Start-up work, timed where it ran (s):", "", "| what | where | times | median | longest |",
+             "|---|---|---|---|---|"]
+    for (name, where), secs in sorted(groups.items(), key=lambda kv: (kv[0][1], -max(kv[1]))):
+        secs = sorted(secs)
+        lines.append(f"| {name} | {where} | {len(secs)} | {secs[len(secs) // 2]:.2f} | {secs[-1]:.2f} |")
     return lines
 
 

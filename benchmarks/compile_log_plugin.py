@@ -15,6 +15,21 @@ from benchmarks import compile_log
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     compile_log.phase("configure")
+    _time_state_build()
+
+
+def _time_state_build() -> None:
+    """Spans of the suite's start-up work in this process (decode_conformance.state.build_state and
+    the parts of it that wait on the GPU, the kernels or a child process)."""
+    try:
+        from decode_conformance import hardware, isolation, state
+    except Exception:
+        return
+    compile_log.timed(state, "build_state", "build_state")
+    compile_log.timed(state, "_load_kernels", "load kernels")
+    compile_log.timed(state, "_device_memory", "device memory read")
+    compile_log.timed(hardware, "detect_class", "GPU class")
+    compile_log.timed(isolation.IsolatedRunner, "start", "isolated worker start")
 
 
 def pytest_sessionstart(session):

@@ -111,9 +111,23 @@ def test_a_logged_process_imports_triton_only_when_it_would_anyway(tmp_path):
     code = ("import sys; sys.path.insert(0, 'benchmarks'); import compile_log; "
             f"compile_log.install({str(tmp_path)!r}); "
             "print('before', 'triton' in sys.modules); "
+            "import importlib.util; importlib.util.find_spec('triton'); "  # as torch asks whether it is installed
             "from triton import knobs; print('hooked', knobs.runtime.jit_post_compile_hook is not None)")
     root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["before", "False", "hooked", "True"], out.stdout + out.stderr[-2000:]
+
+
+def test_spans_are_summarized_per_kind_of_process(tmp_path):
+    def rec(proc, kind, name, seconds):
+        return {"proc": proc, "born": 0.0, "kind": kind, "kernel": name, "t0": 1.0, "seconds": seconds}
+    rows = [rec("gw0-1", "phase", "configure", 0.0), rec("gw1-3", "phase", "configure", 0.0),
+            rec("gw0-1", "span", "import torch", 2.0), rec("gw1-3", "span", "import torch", 3.0),
+            rec("gw0-1", "span", "device memory read", 0.5), rec("gw0-2", "span", "import torch", 4.0)]
+    (tmp_path / "x.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    text = compile_log.summarize(tmp_path, real=0.25)
+    assert "| import torch | pytest process | 2 | 3.00 | 3.00 |" in text  # median of two: the upper one
+    assert "| device memory read | pytest process | 1 | 0.50 | 0.50 |" in text
+    assert "| import torch | kernel process | 1 | 4.00 | 4.00 |" in text  # gw0-2 ran no pytest hooks
