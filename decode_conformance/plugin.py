@@ -203,22 +203,6 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("dc_kernel", [pytest.param(kp, id=kp.name) for kp in s.kernels])
 
 
-def pytest_collection_modifyitems(session, config, items):
-    """Each compiled variant's first test ahead of the tests that reuse it (run_order.py)."""
-    if state_of(config) is None:
-        return
-    from .cases import Case
-    from .run_order import compile_key, variants_first
-    from .state import KernelParam
-
-    def key(item):
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        kp, case = params.get("dc_kernel"), params.get("dc_case")
-        return compile_key(kp.name, case) if isinstance(kp, KernelParam) and isinstance(case, Case) else None
-
-    items[:] = variants_first(items, key)
-
-
 # ---- fixtures --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
