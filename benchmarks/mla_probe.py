@@ -19,6 +19,8 @@ thing each:
     MMA work for half the accumulator); `gather_32_dv2_w4` fits two 4-warp programs an SM;
   - `tma_*`: K by Hopper's tensor-memory copy, one 16-row box a page (a host tensor descriptor over
     the pool as [slots, 576]; no per-element addresses in registers).
+  - `*_w16`: 16 warps (four warpgroups, 64 accumulator registers a thread), the probe's loop and
+    the shipped kernel's own launch (`shipped_launch`): 1.8x-2.9x slower on an H100 (session 42).
 Partials go to a scratch of [B, Hq, chunks, 512] and a small merge kernel folds them (the shipped
 stage 2's job), so the probe's time compares with `dispatch`'s whole launch. What they measured:
 docs/peer-table.md, "The MLA cell".
@@ -294,30 +296,28 @@ def gather_32_w16():
     return MlaProbe("mla_probe_gather_32_w16", tma=False, pages=2, stages=3, warps=16)
 
 
-class ShippedLaunchConfig:
+def shipped_launch(name: str, block_n: int, warps: int, stages: int):
     """The shipped split-K kernel (`adaptive_split`) with another launch config on the MLA row
-    (576 / 512): `block_n` keys a step, `warps`, `stages`; other rows are the shipped launch."""
+    (576 / 512): `block_n` keys a step, `warps`, `stages`; other rows keep the shipped launch."""
+    from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
 
-    def __new__(cls, name: str, block_n: int, warps: int, stages: int):
-        from decode_conformance_kernels.adaptive_split import AdaptiveSplitKernel
+    class ShippedLaunch(AdaptiveSplitKernel):
+        def launch_options(self, batch):
+            opts = super().launch_options(batch)
+            if batch.v_from_k and batch.head_dim == D_MAIN + D_PE:
+                opts.update(num_warps=warps, num_stages=stages)
+            return opts
 
-        class _Kernel(AdaptiveSplitKernel):
-            def launch_options(self, batch):
-                opts = super().launch_options(batch)
-                if batch.v_from_k and batch.head_dim == D_MAIN + D_PE:
-                    opts.update(num_warps=warps, num_stages=stages)
-                return opts
-
-        kernel = _Kernel(block_n=block_n)
-        kernel.name = name
-        return kernel
+    kernel = ShippedLaunch(block_n=block_n)
+    kernel.name = name
+    return kernel
 
 
 def shipped_64_w16():
     """The shipped MLA stage 1 (masks, `tl.exp`, slot-id addressing) at 16 warps, 64 keys, 2 stages."""
-    return ShippedLaunchConfig("adaptive_mla_64_w16", 64, 16, 2)
+    return shipped_launch("adaptive_mla_64_w16", 64, 16, 2)
 
 
 def shipped_32_w16():
     """The shipped MLA stage 1 at 16 warps, 32 keys, 3 stages (147,712 bytes of shared memory)."""
-    return ShippedLaunchConfig("adaptive_mla_32_w16", 32, 16, 3)
+    return shipped_launch("adaptive_mla_32_w16", 32, 16, 3)
