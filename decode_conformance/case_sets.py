@@ -409,10 +409,47 @@ def covering_problem(groups: Optional[dict[str, Capabilities]] = None, device_ty
     return CoveringProblem(AXES, constraints(), {g: value_domains(c, device_type) for g, c in groups.items()})
 
 
+PAIRWISE_FILE = "pairwise_rows.json"  # in the shipped data: the covering rows, with the fingerprint they came from
+PAIRWISE_REGENERATE = "python -m decode_conformance.case_sets --write-pairwise"
+
+
+def covering_rows(problem: CoveringProblem, path=None) -> list[dict]:
+    """`problem.generate()`, read from the shipped rows (PAIRWISE_FILE, or `path`) when they
+    were generated from a problem with the same fingerprint, else generated here. Generating
+    takes 1.5 s of one core, and every pytest process of a run needs the parity set: the
+    controller and each xdist worker, during a GPU run's start-up when 24 processes import torch
+    at once (docs/compile-ahead.md). Stale rows are never used; the selftest
+    `test_shipped_pairwise_rows_are_fresh` fails until they are regenerated."""
+    import json
+    from .resources import data_path
+    p = data_path(PAIRWISE_FILE) if path is None else path
+    try:
+        shipped = json.loads(p.read_text())
+    except (OSError, ValueError):
+        shipped = None
+    if isinstance(shipped, dict) and shipped.get("fingerprint") == problem.fingerprint():
+        return [dict(row) for row in shipped["rows"]]
+    return problem.generate()
+
+
+def write_pairwise_rows(path=None) -> str:
+    """Generate the covering rows and write them with their fingerprint (PAIRWISE_FILE, or
+    `path`); returns the path written."""
+    import json
+    from .resources import data_path
+    problem = covering_problem()
+    rows = problem.generate()
+    p = data_path(PAIRWISE_FILE) if path is None else path
+    head = json.dumps({"regenerate": PAIRWISE_REGENERATE, "fingerprint": problem.fingerprint()})[:-1]
+    lines = ",\n".join("  " + json.dumps({a: r[a] for a in AXES}) for r in rows)  # a row a line
+    p.write_text(f'{head}, "rows": [\n{lines}\n]}}\n')
+    return str(p)
+
+
 @functools.lru_cache(maxsize=None)
 def pairwise_recipes() -> tuple[tuple[tuple[str, str], ...], ...]:
     """The parity set's recipes: a pairwise covering array for every capability group."""
-    rows = covering_problem().generate()
+    rows = covering_rows(covering_problem())
     for r in rows:
         for p in PROFILES:
             if realize(r, p) is None:
@@ -537,3 +574,12 @@ def build_set(name: str, profile: str) -> list[Case]:
     if name == "full":
         return [c for _, c in _dedupe([("", c) for c in parity + product_grid(profile)])]
     return _smoke(profile)
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="The parity set's shipped data.")
+    ap.add_argument("--write-pairwise", action="store_true",
+                    help=f"generate the pairwise covering rows and write them to the shipped {PAIRWISE_FILE}")
+    if ap.parse_args().write_pairwise:
+        print(f"wrote {write_pairwise_rows()}")

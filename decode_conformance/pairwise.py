@@ -68,6 +68,19 @@ class CoveringProblem:
                            for a in self.axes} for g, allow in groups.items()}
         self._feasible_cache: dict = {}
 
+    def fingerprint(self) -> str:
+        """A hash of everything `generate` reads - the axes in order, each constraint's allowed
+        tuples, each group's domains - and of this module's source (the algorithm): problems
+        with equal fingerprints get equal rows from `generate()`."""
+        import hashlib
+        import json
+        import pathlib
+        data = {"order": self.order, "axes": self.axes, "groups": self.groups,
+                "constraints": [[list(c.axes), sorted(map(list, c.allowed))] for c in self.constraints]}
+        h = hashlib.sha256(json.dumps(data, sort_keys=True).encode())
+        h.update(pathlib.Path(__file__).read_bytes().replace(b"\r\n", b"\n"))
+        return h.hexdigest()[:16]
+
     # ---- validity ---------------------------------------------------------------------
     def compatible(self, row: Mapping[str, str], changed: Optional[str] = None) -> bool:
         cons = self._by_axis[changed] if changed is not None else self.constraints

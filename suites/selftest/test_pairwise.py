@@ -32,6 +32,44 @@ def test_generator_covers_every_valid_pair_and_respects_constraints():
     assert rows == _problem().generate(), "not deterministic"
 
 
+def test_fingerprint_follows_what_generate_reads():
+    base = _problem().fingerprint()
+    assert _problem().fingerprint() == base  # the same problem, built again
+    reordered = CoveringProblem(dict(reversed(list(AX.items()))), _problem().constraints)
+    looser = CoveringProblem(AX, [Constraint.from_predicate(AX, ("a", "b"), lambda a, b: True)])
+    grouped = _problem({"g": {"a": ("0", "1")}})
+    assert len({base, reordered.fingerprint(), looser.fingerprint(), grouped.fingerprint()}) == 4
+
+
+def test_rows_are_read_only_from_the_same_problem(tmp_path):
+    """covering_rows reads a rows file whose fingerprint is the problem's (planted rows are used
+    as given) and generates otherwise (the planted rows are not)."""
+    import json
+    p = _problem()
+    planted = [dict(r, d="off") for r in p.generate()][:2]
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps({"fingerprint": p.fingerprint(), "rows": planted}))
+    assert cs.covering_rows(p, path) == planted
+    path.write_text(json.dumps({"fingerprint": "0" * 16, "rows": planted}))
+    assert cs.covering_rows(p, path) == p.generate()
+    path.write_text("not json")
+    assert cs.covering_rows(p, path) == p.generate()
+
+
+def test_shipped_pairwise_rows_are_fresh():
+    """The shipped rows (fixtures/pairwise_rows.json) are what the generator gives for today's
+    axis table, constraints and capability groups; the parity set reads them instead of
+    generating in every process."""
+    import json
+    from decode_conformance.resources import data_path
+    problem = cs.covering_problem()
+    shipped = json.loads(data_path(cs.PAIRWISE_FILE).read_text())
+    assert shipped["fingerprint"] == problem.fingerprint(), (
+        f"{cs.PAIRWISE_FILE} was generated from another axis table, constraint set or generator; "
+        f"regenerate it: {cs.PAIRWISE_REGENERATE}")
+    assert [dict(r) for r in shipped["rows"]] == problem.generate()
+
+
 def test_generator_covers_each_group_within_its_values():
     p = _problem({"all": {}, "no-on": {"d": ("off",)}, "only-2": {"a": ("2",)}})
     rows = p.generate()
