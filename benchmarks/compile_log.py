@@ -32,9 +32,9 @@ with the compile seconds inside it.
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import hashlib
-import atexit
 import importlib.abc
 import importlib.util
 import json
@@ -53,12 +53,13 @@ def _proc() -> str:
 
 def install(out_dir: str, born: float | None = None) -> None:
     """Log this process under out_dir: its own lines (tests, phases, slot waits, host-module builds)
-    from now, its Triton compiles from the moment triton is first imported (`_after_import`). The
+    from now, its Triton compiles from the moment triton is first imported (`_AfterImport`). The
     kernel lines are decode_conformance.compile_ahead's records (which a compile-ahead manifest is
     built from), with this summary's fields added. `born`: the process's start (sitecustomize's
     clock), now if not given. Importing triton here instead would cost every process of the run
     ~0.4 s at start-up, and xdist starts its workers one after another: 12 workers began 3.7 s
-    apart in a logged run (session 42) where an unlogged one starts them together."""
+    apart in a logged run (docs/gpu-runs/2026-12-06-h100-s42) where an unlogged one starts them
+    together."""
     global _SINK
     born = time.time() if born is None else born
     path = pathlib.Path(out_dir)
