@@ -133,20 +133,13 @@ def _hook_triton(out_dir: str, born: float) -> None:
         from triton.backends.nvidia import driver as nv_driver
     except Exception:
         return
-    build = getattr(nv_driver, "compile_module_from_src", None)
-    if build is None:
-        return
 
-    def timed_build(*args, **kwargs):
-        t0 = time.time()
-        try:
-            return build(*args, **kwargs)
-        finally:
-            write(kind="host-module", kernel=kwargs.get("name", args[1] if len(args) > 1 else "?"), t0=t0,
-                  seconds=time.time() - t0,
-                  variant={"src": hashlib.sha1(str(kwargs.get("src", args[0] if args else "")).encode()).hexdigest()[:12]})
+    def host_module(args, kwargs) -> dict:
+        src = str(kwargs.get("src", args[0] if args else ""))
+        return dict(kind="host-module", kernel=kwargs.get("name", args[1] if len(args) > 1 else "?"),
+                    variant={"src": hashlib.sha1(src.encode()).hexdigest()[:12]})
 
-    nv_driver.compile_module_from_src = timed_build
+    timed(nv_driver, "compile_module_from_src", host_module)
 
 
 def write(**rec) -> None:
@@ -155,18 +148,20 @@ def write(**rec) -> None:
         _SINK(**rec)
 
 
-def timed(owner, attr: str, name: str) -> None:
-    """Wrap owner.attr so that each call writes a span line `name` (start, seconds)."""
+def timed(owner, attr: str, record) -> None:
+    """Wrap owner.attr so that each call writes a line (its start and seconds): `record` is the
+    span's name, or a function of the call's (args, kwargs) giving the line's other fields."""
     fn = getattr(owner, attr, None)
     if fn is None or getattr(fn, "_compile_log_timed", False):
         return
+    fields = record if callable(record) else (lambda args, kwargs: dict(kind="span", kernel=record))
 
     def wrapper(*args, **kwargs):
         t0 = time.time()
         try:
             return fn(*args, **kwargs)
         finally:
-            write(kind="span", kernel=name, t0=t0, seconds=time.time() - t0)
+            write(**fields(args, kwargs), t0=t0, seconds=time.time() - t0)
 
     wrapper._compile_log_timed = True
     setattr(owner, attr, wrapper)
@@ -184,16 +179,7 @@ def _time_slot_waits() -> None:
         from decode_conformance import device_memory
     except Exception:
         return
-    enter = device_memory.SlotLock.__enter__
-
-    def timed_enter(self):
-        t0 = time.time()
-        try:
-            return enter(self)
-        finally:
-            _SINK(kind="slot-wait", kernel="", t0=t0, seconds=time.time() - t0)
-
-    device_memory.SlotLock.__enter__ = timed_enter
+    timed(device_memory.SlotLock, "__enter__", lambda args, kwargs: dict(kind="slot-wait", kernel=""))
 
 
 def variant(arg_names, compile) -> dict:

@@ -54,8 +54,9 @@ def test_planted_bug_in_our_fp8_mma_kernel(bug):
     so only the dropped tail stands out from the tier's own rounding here; at GPU sizes, where
     it averages out, all four do (the H200 study)."""
     from decode_conformance_kernels.registry import adaptive_split_fp8mma
+    from decode_conformance_kernels.kv_layout import visible_lengths
     # "long" as planted.py means it: more visible keys than LONG_KEYS, a window counted in
-    long_fp8 = sorted((c for c in PARITY if c.is_fp8 and max(min(n, c.visible_keys or n) for n in c.seq_lens)
+    long_fp8 = sorted((c for c in PARITY if c.is_fp8 and max(visible_lengths(c.seq_lens, c.visible_keys))
                        > planted.LONG_KEYS["cpu"]), key=lambda c: (c.total_keys * c.num_q_heads, c.id))[:4]
     t = planted.study(adaptive_split_fp8mma, bug, long_fp8, "cpu")
     assert not t.missed, f"{bug}: {len(t.missed)} affected cases passed:\n" + "\n".join(t.missed[:5])
