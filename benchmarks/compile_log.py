@@ -57,7 +57,7 @@ def install(out_dir: str, born: float | None = None) -> None:
     kernel lines are decode_conformance.compile_ahead's records (which a compile-ahead manifest is
     built from), with this summary's fields added. `born`: the process's start (sitecustomize's
     clock), now if not given. Importing triton here instead would cost every process of the run
-    ~0.4 s at start-up, and xdist starts its workers one after another: 12 workers began 3.7 s
+    0.3-0.4 s at start-up (a 2-core CPU), and xdist starts its workers one after another: 12 workers began 3.7 s
     apart in a logged run (docs/gpu-runs/2026-12-06-h100-s42) where an unlogged one starts them
     together."""
     global _SINK

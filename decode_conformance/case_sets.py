@@ -416,7 +416,7 @@ PAIRWISE_REGENERATE = "python -m decode_conformance.case_sets --write-pairwise"
 def covering_rows(problem: CoveringProblem, path=None) -> list[dict]:
     """`problem.generate()`, read from the shipped rows (PAIRWISE_FILE, or `path`) when they
     were generated from a problem with the same fingerprint, else generated here. Generating
-    takes 1.5 s of one core, and every pytest process of a run needs the parity set: the
+    takes 0.9-1.6 s of one core (a 2-core CPU), and every pytest process of a run needs the parity set: the
     controller and each xdist worker, during a GPU run's start-up when 24 processes import torch
     at once (docs/compile-ahead.md). Stale rows are never used; the selftest
     `test_shipped_pairwise_rows_are_fresh` fails until they are regenerated."""

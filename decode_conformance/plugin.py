@@ -333,7 +333,7 @@ def pytest_sessionfinish(session, exitstatus):
 def _skip_idle_hypothesis_summary(config) -> None:
     """Unregister hypothesis's pytest plugin before its terminal summary where that summary has
     nothing to say. The summary imports the whole hypothesis package (for its observability
-    module) whether or not the run used hypothesis: 1.0-1.8 s a process, paid under xdist by every
+    module) whether or not the run used hypothesis (1.0-1.4 s a process on a 2-core CPU), paid under xdist by every
     worker after its last test and then by the controller, all inside the run's time. It reports
     only hypothesis's statistics and failing examples (carried on test reports) and the files its
     observability wrote (only in a process that imported hypothesis), so with hypothesis never
