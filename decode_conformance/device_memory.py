@@ -13,6 +13,7 @@ to spare rather than a byte budget.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import pathlib
 import re
@@ -49,6 +50,47 @@ def case_budget(need_bytes: int, free_bytes: int, total_bytes: int, workers: int
     if not runs_in_slot(need_bytes, workers):
         return share
     return max(share, min(SLOT_BYTES, free_bytes * SLOT_SHARE / slot_count(total_bytes)))
+
+
+def free_and_total(device: str) -> tuple[int, int]:
+    """(free, total) bytes of `device` now, for the cases' budgets. NVIDIA's management library
+    (NVML) answers without a CUDA context; torch's `mem_get_info` opens one in the asking
+    process, and a pytest worker that runs its cases in an isolated process (isolation.py)
+    otherwise never would: on a 12-worker H100 run the read took 0.87 s of each worker's start-up
+    while twenty-four processes imported torch, and each context held device memory for the whole
+    run (docs/gpu-runs/2026-12-06-h100-s42). torch answers where NVML cannot: ROCm, a MIG
+    instance, no library."""
+    import torch
+    props = torch.cuda.get_device_properties(torch.device(device))
+    read = None if getattr(torch.version, "hip", None) else nvml_free_and_total(f"GPU-{props.uuid}")
+    if read is not None:
+        return read
+    free, total = torch.cuda.mem_get_info(torch.device(device))
+    return int(free), int(total)
+
+
+class _NvmlMemory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+def nvml_free_and_total(uuid: str, library: str = "libnvidia-ml.so.1"):
+    """(free, total) bytes of the GPU whose NVML UUID is `uuid` ("GPU-..."), or None where the
+    library is missing or any call fails (its return codes are nonzero on error)."""
+    try:
+        nvml = ctypes.CDLL(library)
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    try:
+        handle = ctypes.c_void_p()
+        memory = _NvmlMemory()
+        if (nvml.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(handle)) != 0
+                or nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0):
+            return None
+        return int(memory.free), int(memory.total)
+    finally:
+        nvml.nvmlShutdown()
 
 
 def trim(device=None, limit: int = IDLE_RESERVE_BYTES) -> bool:

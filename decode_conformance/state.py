@@ -312,9 +312,8 @@ def _device_memory(device: str) -> Optional[tuple[int, int]]:
     """(free, total) bytes of the run's device, read once at the start."""
     if device == "cpu":
         return None
-    import torch
-    free, total = torch.cuda.mem_get_info(torch.device(device))
-    return int(free), int(total)
+    from .device_memory import free_and_total
+    return free_and_total(device)
 
 
 WORKERS_PER_GPU_ENV = "DECODE_CONFORMANCE_WORKERS_PER_GPU"  # set on each xdist worker by the pinning hook

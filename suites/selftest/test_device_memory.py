@@ -173,3 +173,59 @@ def test_heavy_cases_take_a_slot_when_the_gpu_is_shared(monkeypatch, tmp_path, c
         pass
     assert taken == ([4] if slotted else [])
     assert fake.emptied == 1  # the 3 GiB idle reserve is returned after every GPU case
+
+
+class _StandInNvml:
+    """What `nvml_free_and_total` calls of NVIDIA's library, for one GPU of `uuid`."""
+
+    def __init__(self, uuid: str, free: int, total: int, init_rc: int = 0):
+        self.uuid, self.free, self.total, self.init_rc = uuid, free, total, init_rc
+        self.open = 0
+
+    def nvmlInit_v2(self):
+        self.open += self.init_rc == 0
+        return self.init_rc
+
+    def nvmlShutdown(self):
+        self.open -= 1
+        return 0
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: bytes, handle):
+        return 0 if uuid.decode() == self.uuid else 13  # NVML_ERROR_NOT_FOUND
+
+    def nvmlDeviceGetMemoryInfo(self, handle, memory):
+        memory._obj.free, memory._obj.total = self.free, self.total
+        return 0
+
+
+@pytest.mark.parametrize("asked,expected", [("GPU-1234", (70 * GiB, 80 * GiB)), ("MIG-77", None)])
+def test_nvml_reads_the_named_gpu_and_closes_the_library(monkeypatch, asked, expected):
+    lib = _StandInNvml("GPU-1234", 70 * GiB, 80 * GiB)
+    monkeypatch.setattr(device_memory.ctypes, "CDLL", lambda name: lib)
+    assert device_memory.nvml_free_and_total(asked) == expected
+    assert lib.open == 0
+
+
+def test_nvml_absent_or_failing_is_no_answer(monkeypatch):
+    assert device_memory.nvml_free_and_total("GPU-1", library="libdoes-not-exist.so.0") is None
+    lib = _StandInNvml("GPU-1", GiB, GiB, init_rc=9)  # NVML_ERROR_DRIVER_NOT_LOADED
+    monkeypatch.setattr(device_memory.ctypes, "CDLL", lambda name: lib)
+    assert device_memory.nvml_free_and_total("GPU-1") is None
+
+
+@pytest.mark.parametrize("nvml_answer,hip,expected", [
+    ((70 * GiB, 80 * GiB), None, (70 * GiB, 80 * GiB)),  # NVML: no CUDA context
+    (None, None, (5 * GiB, 8 * GiB)),                    # MIG, no library: torch's read
+    ((70 * GiB, 80 * GiB), "6.2", (5 * GiB, 8 * GiB)),   # ROCm: never NVML
+])
+def test_free_and_total_asks_torch_only_where_nvml_cannot_answer(monkeypatch, nvml_answer, hip, expected):
+    import types
+    import torch
+    asked = []
+    monkeypatch.setattr(device_memory, "nvml_free_and_total", lambda uuid: asked.append(uuid) or nvml_answer)
+    fake = types.SimpleNamespace(get_device_properties=lambda device: types.SimpleNamespace(uuid="abcd"),
+                                 mem_get_info=lambda device: (5 * GiB, 8 * GiB))
+    monkeypatch.setattr(torch, "cuda", fake)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    assert device_memory.free_and_total("cuda:0") == expected
+    assert asked == ([] if hip else ["GPU-abcd"])
