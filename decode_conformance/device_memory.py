@@ -26,6 +26,15 @@ SLOT_BYTES = 16 << 30  # what one slot stands for: the largest GPU-profile case 
 SLOT_SHARE = 0.5  # of the GPU's memory, the rest for the workers' contexts and light cases
 FREE_SHARE = 0.9  # of a worker's share of the free memory, what a light case may count on
 POLL_S = 0.02
+CONTEXT_BYTES = 512 << 20  # a CUDA context, each worker's isolated process holds one: 518 MiB on an H100
+
+
+def workers_fitting(total_bytes: int) -> int:
+    """Workers that may share a GPU of `total_bytes` while each light case (below
+    HEAVY_CASE_BYTES) keeps its budget, `case_budget`'s share of the free memory: free / workers
+    x FREE_SHARE >= HEAVY_CASE_BYTES, the free memory being the total less each worker's context.
+    An 80 GB card fits 29, a 24 GB card 8."""
+    return max(1, int(total_bytes // (HEAVY_CASE_BYTES / FREE_SHARE + CONTEXT_BYTES)))
 
 
 def slot_count(total_bytes: int) -> int:

@@ -100,6 +100,13 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if has_gpu() else 0
 
 
+def gpu_memory_totals() -> list[int]:
+    """Total memory in bytes of each GPU this process sees. Reading a device's properties opens
+    no CUDA context (checked on an H100, docs/gpu-runs/2026-12-06-h100-s43)."""
+    import torch
+    return [int(torch.cuda.get_device_properties(i).total_memory) for i in range(gpu_count())]
+
+
 def parent_visible_ids(env: Optional[dict] = None, count: Optional[int] = None, rocm: Optional[bool] = None) -> list[str]:
     """GPU ids the parent process may hand out, honouring an existing *_VISIBLE_DEVICES."""
     env = os.environ if env is None else env

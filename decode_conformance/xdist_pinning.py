@@ -1,8 +1,9 @@
 """GPUs for pytest-xdist workers: how many workers `-n auto` starts, and which GPU each gets.
 
 Correctness suites are bound by host work (building cases, the float64 reference, Triton
-launches), so `-n auto` on a GPU machine starts WORKERS_PER_GPU workers per visible GPU
-(at most the CPU count), pinned round robin: each worker's CUDA_VISIBLE_DEVICES
+launches), so `-n auto` on a GPU machine starts WORKERS_PER_GPU workers per visible GPU (at
+most the CPU count, and no more than leave each light case its memory budget:
+device_memory.workers_fitting), pinned round robin: each worker's CUDA_VISIBLE_DEVICES
 (HIP_VISIBLE_DEVICES on ROCm) names one GPU, so it sees exactly one device as cuda:0 and a
 crash or illegal access stays there. A run of the perf suite alone gets one worker per GPU
 (and the perf suite refuses to time under xdist anyway: its GPU must be its own).
@@ -12,14 +13,16 @@ from __future__ import annotations
 import os
 import pathlib
 
+import pytest
+
 from . import hardware
 
-# Cold, the main job is Triton compiling ~500 kernel variants (455 before 2026-12-01): on one
-# 16-core H200, 8 workers took 56-73 s, 12 take 48-81 s, 16 were 3 s faster than 12 but left
-# too little device memory per worker for the 8 GB overflow cases
-# (docs/gpu-runs/2026-11-30-h200-cold/, 2026-12-01-h200/). device_memory keeps the 12 within
-# the GPU's memory.
-WORKERS_PER_GPU = 12
+# Cold, the main job is Triton compiling ~330 kernel variants in every worker's own process. On
+# one 16-core H200, 16 workers were 3 s faster than 12 but left too little device memory per
+# worker for the 8 GB overflow cases (docs/gpu-runs/2026-11-30-h200-cold/, 2026-12-01-h200/);
+# since such cases take a slot (device_memory), on one fresh H100 16 workers ran 42.6 and 43.9 s
+# against 12's 50.1 and 47.7, skipping the same 134 cases (docs/gpu-runs/2026-12-06-h100-s43).
+WORKERS_PER_GPU = 16
 WORKERS_PER_GPU_ENV = "DECODE_CONFORMANCE_WORKERS_PER_GPU"
 
 
@@ -36,12 +39,17 @@ def _perf_only(config) -> bool:
 def workers_per_gpu(config) -> int:
     if _perf_only(config):
         return 1
-    try:
-        want = int(os.environ.get(WORKERS_PER_GPU_ENV, "") or WORKERS_PER_GPU)
-    except ValueError:
-        want = WORKERS_PER_GPU
     gpus = len(hardware.parent_visible_ids())
-    return max(1, min(want, (os.cpu_count() or 1) // max(1, gpus)))
+    by_cpus = (os.cpu_count() or 1) // max(1, gpus)
+    raw = os.environ.get(WORKERS_PER_GPU_ENV, "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise pytest.UsageError(f"{WORKERS_PER_GPU_ENV}={raw!r}: expected a whole number of xdist workers per "
+                                    "GPU, at least 1 (unset: as many as the CPUs and the GPU's memory allow)")
+        return max(1, min(int(raw), by_cpus))
+    from .device_memory import workers_fitting
+    by_memory = min((workers_fitting(t) for t in hardware.gpu_memory_totals()), default=WORKERS_PER_GPU)
+    return max(1, min(WORKERS_PER_GPU, by_cpus, by_memory))
 
 
 def auto_num_workers(config):

@@ -22,6 +22,21 @@ def test_slot_count_from_total_memory(total_gib, slots):
     assert device_memory.slot_count(int(total_gib * GiB)) == slots
 
 
+@pytest.mark.parametrize("total_bytes,workers", [
+    (85_017_493_504, 29),  # an H100 80GB's total as CUDA reports it (79.2 GiB)
+    (24 << 30, 8), (16 << 30, 5), (1 << 30, 1),
+])
+def test_workers_fitting_keeps_a_light_case_within_its_share(total_bytes, workers):
+    assert device_memory.workers_fitting(total_bytes) == workers
+    light = device_memory.HEAVY_CASE_BYTES - 1
+
+    def budget(w):  # what case_budget gives the largest light case with w workers' contexts open
+        free = total_bytes - w * device_memory.CONTEXT_BYTES
+        return device_memory.case_budget(light, free, total_bytes, w)
+    assert workers == 1 or budget(workers) >= light
+    assert budget(workers + 1) < light
+
+
 @pytest.mark.parametrize("need_gib,free_gib,total_gib,workers,budget_gib", [
     # an 80 GB card, 12 workers: a light case gets its worker's share, 78 / 12 x 0.9
     (1.0, 78, 80, 12, 78 / 12 * 0.9),

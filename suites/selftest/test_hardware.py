@@ -159,8 +159,9 @@ class FakeConfig:
         return self._device
 
 
-def _fake_gpus(monkeypatch, n: int, rocm: bool = False, visible: str = "", cpus: int = 16):
+def _fake_gpus(monkeypatch, n: int, rocm: bool = False, visible: str = "", cpus: int = 16, gib: float = 80):
     monkeypatch.setattr(hardware, "gpu_count", lambda: n)
+    monkeypatch.setattr(hardware, "gpu_memory_totals", lambda: [int(gib * 2**30)] * n)
     monkeypatch.setattr(hardware, "has_gpu", lambda: n > 0)
     monkeypatch.setattr(hardware, "is_rocm", lambda: rocm)
     monkeypatch.setattr(xdist_pinning.os, "cpu_count", lambda: cpus)
@@ -186,6 +187,39 @@ PER_GPU = xdist_pinning.WORKERS_PER_GPU
 def test_auto_num_workers_several_per_gpu(monkeypatch, n, device, cpus, expected):
     _fake_gpus(monkeypatch, n, cpus=cpus)
     assert xdist_pinning.auto_num_workers(FakeConfig(device)) == expected
+
+
+@pytest.mark.parametrize("gib,cpus,expected", [
+    (22.0, 16, 8),    # a 24 GB card: 22 GiB / (2 GiB / 0.9 + 0.5 GiB a context) = 8.1
+    (39.4, 16, 14),   # a 40 GB card: 14.5
+    (79.2, 16, 16),   # an 80 GB card fits 29; 16 by the constant and the CPUs
+    (79.2, 8, 8),
+])
+def test_auto_num_workers_leave_each_light_case_its_budget(monkeypatch, gib, cpus, expected):
+    _fake_gpus(monkeypatch, 1, cpus=cpus, gib=gib)
+    assert xdist_pinning.auto_num_workers(FakeConfig()) == expected
+
+
+def test_auto_num_workers_of_mixed_cards_follow_the_smallest(monkeypatch):
+    _fake_gpus(monkeypatch, 2, cpus=64)
+    monkeypatch.setattr(hardware, "gpu_memory_totals", lambda: [80 << 30, 22 << 30])
+    assert xdist_pinning.auto_num_workers(FakeConfig()) == 2 * 8
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "twelve", "1.5"])
+def test_workers_per_gpu_env_not_a_count_is_a_usage_error(monkeypatch, value):
+    _fake_gpus(monkeypatch, 1)
+    monkeypatch.setenv(xdist_pinning.WORKERS_PER_GPU_ENV, value)
+    with pytest.raises(pytest.UsageError, match=f"{xdist_pinning.WORKERS_PER_GPU_ENV}='{re.escape(value)}': expected"):
+        xdist_pinning.auto_num_workers(FakeConfig())
+
+
+def test_workers_per_gpu_env_overrides_the_memory_bound_not_the_cpus(monkeypatch):
+    _fake_gpus(monkeypatch, 1, cpus=16, gib=22.0)
+    monkeypatch.setenv(xdist_pinning.WORKERS_PER_GPU_ENV, "12")
+    assert xdist_pinning.auto_num_workers(FakeConfig()) == 12
+    monkeypatch.setenv(xdist_pinning.WORKERS_PER_GPU_ENV, "40")
+    assert xdist_pinning.auto_num_workers(FakeConfig()) == 16
 
 
 def test_auto_num_workers_perf_alone_is_one_per_gpu(monkeypatch):
