@@ -67,8 +67,9 @@ def free_and_total(device: str) -> tuple[int, int]:
     process, and a pytest worker that runs its cases in an isolated process (isolation.py)
     otherwise never would: on a 12-worker H100 run the read took 0.87 s of each worker's start-up
     while twenty-four processes imported torch, and each context held device memory for the whole
-    run (docs/gpu-runs/2026-12-06-h100-s42). torch answers where NVML cannot: ROCm, a MIG
-    instance, no library."""
+    run (docs/gpu-runs/2026-12-06-h100-s42; without it, s43: the first test 1.5-1.9 s sooner).
+    NVML's total is 0.5 GB above CUDA's, which leaves `slot_count` the same on an H100 and an
+    H200. torch answers where NVML cannot: ROCm, a MIG instance, no library."""
     import torch
     props = torch.cuda.get_device_properties(torch.device(device))
     read = None if getattr(torch.version, "hip", None) else nvml_free_and_total(f"GPU-{props.uuid}")
