@@ -17,7 +17,7 @@ import pytest
 
 from . import hardware
 
-# Cold, the main job is Triton compiling ~330 kernel variants in every worker's own process. On
+# Cold, the main job is Triton compiling ~330 kernel variants, each worker those its cases need. On
 # one 16-core H200, 16 workers were 3 s faster than 12 but left too little device memory per
 # worker for the 8 GB overflow cases (docs/gpu-runs/2026-11-30-h200-cold/, 2026-12-01-h200/);
 # since such cases take a slot (device_memory), on one fresh H100 16 workers ran 42.6 and 43.9 s
