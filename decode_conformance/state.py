@@ -316,13 +316,13 @@ def _device_memory(device: str) -> Optional[tuple[int, int]]:
     return free_and_total(device)
 
 
-WORKERS_PER_GPU_ENV = "DECODE_CONFORMANCE_WORKERS_PER_GPU"  # set on each xdist worker by the pinning hook
-
-
 def workers_sharing_device() -> int:
-    """xdist workers pinned to the same GPU as this one (1 outside xdist)."""
+    """xdist workers pinned to the same GPU as this one (1 outside xdist), as the pinning hook
+    told this worker. Not the user's DECODE_CONFORMANCE_WORKERS_PER_GPU: that is a request to the
+    controller, and a run without xdist while it is exported is still alone on its GPU."""
+    from .xdist_pinning import SHARING_ENV
     try:
-        return max(1, int(os.environ.get(WORKERS_PER_GPU_ENV, "1")))
+        return max(1, int(os.environ.get(SHARING_ENV, "1")))
     except ValueError:
         return 1
 

@@ -23,7 +23,8 @@ from . import hardware
 # since such cases take a slot (device_memory), on one fresh H100 16 workers ran 42.6 and 43.9 s
 # against 12's 50.1 and 47.7, skipping the same 134 cases (docs/gpu-runs/2026-12-06-h100-s43).
 WORKERS_PER_GPU = 16
-WORKERS_PER_GPU_ENV = "DECODE_CONFORMANCE_WORKERS_PER_GPU"
+WORKERS_PER_GPU_ENV = "DECODE_CONFORMANCE_WORKERS_PER_GPU"  # the user's request, read here only
+SHARING_ENV = "DECODE_CONFORMANCE_WORKERS_SHARING_GPU"  # what each worker is told, state.workers_sharing_device
 
 
 def _on_gpu(config) -> bool:
@@ -63,7 +64,7 @@ def assign(specs, ids: list[str], var: str, per_gpu: int = 1) -> None:
         gpu = hardware.pin_for_worker(i, ids)
         if gpu is not None:
             spec.env[var] = gpu
-            spec.env[WORKERS_PER_GPU_ENV] = str(-(-len(specs) // len(ids)))
+            spec.env[SHARING_ENV] = str(-(-len(specs) // len(ids)))
 
 
 def setup_nodes(config, specs) -> None:

@@ -140,7 +140,21 @@ def test_assign_one_gpu_per_worker(make_specs, ids, n_workers, expected):
     got = [s.env["CUDA_VISIBLE_DEVICES"] for s in specs]
     assert got == expected
     assert all("," not in g for g in got), "a worker must see exactly one device"
-    assert {s.env[xdist_pinning.WORKERS_PER_GPU_ENV] for s in specs} == {str(-(-n_workers // len(ids)))}
+    assert {s.env[xdist_pinning.SHARING_ENV] for s in specs} == {str(-(-n_workers // len(ids)))}
+
+
+def test_a_worker_shares_its_gpu_as_assigned_and_a_run_without_xdist_alone(monkeypatch):
+    """The memory budgets divide a GPU's free memory among the workers pinned to it. The user's
+    worker request is exported to every process, a run without xdist's too: only the count the
+    pinning hook hands a worker may divide it."""
+    from decode_conformance import state
+    monkeypatch.setenv(xdist_pinning.WORKERS_PER_GPU_ENV, "16")
+    monkeypatch.delenv(xdist_pinning.SHARING_ENV, raising=False)
+    assert state.workers_sharing_device() == 1
+    specs = [FakeSpec() for _ in range(6)]
+    xdist_pinning.assign(specs, ["0", "1"], "CUDA_VISIBLE_DEVICES")
+    monkeypatch.setenv(xdist_pinning.SHARING_ENV, specs[0].env[xdist_pinning.SHARING_ENV])
+    assert state.workers_sharing_device() == 3
 
 
 def test_assign_without_gpus_leaves_specs_alone():
@@ -241,7 +255,7 @@ def test_setupnodes_pins_each_worker(monkeypatch, rocm, var):
     specs = [FakeSpec() for _ in range(4)]
     xdist_pinning.setup_nodes(FakeConfig(), specs)
     assert [s.env[var] for s in specs] == ["3", "5", "3", "5"]
-    assert all(s.env[xdist_pinning.WORKERS_PER_GPU_ENV] == "2" for s in specs)
+    assert all(s.env[xdist_pinning.SHARING_ENV] == "2" for s in specs)
 
 
 @pytest.mark.parametrize("n,device", [(0, None), (2, "cpu")])
@@ -279,7 +293,7 @@ def test_auto_workers_win_over_xdists_cpu_count(tmp_path):
         "import os\n"
         "def test_pinned():\n"
         "    assert os.environ['CUDA_VISIBLE_DEVICES'] in ('0', '1', '2')\n"
-        "    assert os.environ['DECODE_CONFORMANCE_WORKERS_PER_GPU'] == '1'\n")
+        "    assert os.environ['DECODE_CONFORMANCE_WORKERS_SHARING_GPU'] == '1'\n")
     env = {"DECODE_CONFORMANCE_WORKERS_PER_GPU": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "suites.selftest.fake_gpus", "-n", "auto",
                           "-p", "no:cacheprovider", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
