@@ -15,12 +15,16 @@ the wheels.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
 import pathlib
 import shlex
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import textwrap
 
 import pytest
@@ -38,14 +42,30 @@ def _run(cmd, cwd, env=None, timeout=600):
     return subprocess.run(cmd, cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
 
 
+@contextlib.contextmanager
+def _building_in(src: pathlib.Path):
+    """One wheel build at a time per source folder: setuptools builds in the folder itself
+    (`build/`), and under xdist this module's tests may land on two workers that each build the
+    module fixture at once; one then fails with "No such file or directory" as the other cleans up."""
+    key = hashlib.sha256(str(src.resolve()).encode()).hexdigest()[:16]  # hash() differs between workers
+    lock = pathlib.Path(tempfile.gettempdir()) / f"decode-conformance-build-{key}.lock"
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="module")
 def fresh_venv(tmp_path_factory):
     """A new venv with our two wheels installed (non-editable), dependencies borrowed."""
     tmp = tmp_path_factory.mktemp("installed")
     dist = tmp / "dist"
     for src in (ROOT, OOT):
-        r = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
-                  str(src)], cwd=tmp)
+        with _building_in(src):
+            r = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                      str(dist), str(src)], cwd=tmp)
         assert r.returncode == 0, r.stdout + r.stderr
     venv = tmp / "venv"
     r = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp)
