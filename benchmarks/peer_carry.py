@@ -167,13 +167,14 @@ def get_device_core_count(device_id=0):
 
 ENV_SH = '''# source on the GPU machine (bash), before anything imports the peers
 _peers=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$_peers"/whl/*.whl || return 1
-export PYTHONPATH=/tmp/site:$_peers/site${PYTHONPATH:+:$PYTHONPATH}   # the suite's isolated workers inherit it
+_site=${PEERS_SITE:-/tmp/site} _ld=${PEERS_LD:-/tmp/fi-ld}   # where the wheels go, and flashinfer's link folder
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$_site" "$_peers"/whl/*.whl || return 1
+export PYTHONPATH=$_site:$_peers/site${PYTHONPATH:+:$PYTHONPATH}   # the suite's isolated workers inherit it
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-ws}
 export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a} MAX_JOBS=${MAX_JOBS:-$(nproc)}
 # flashinfer links its modules against libcudart and libcuda; the image has the latter among the stubs only
-mkdir -p /tmp/fi-ld && ln -sf "$CUDA_HOME"/lib64/libcudart.so "$CUDA_HOME"/lib64/stubs/libcuda.so /tmp/fi-ld/
-export FLASHINFER_EXTRA_LDFLAGS=-L/tmp/fi-ld
+mkdir -p "$_ld" && ln -sf "$CUDA_HOME"/lib64/libcudart.so "$CUDA_HOME"/lib64/stubs/libcuda.so "$_ld"/ || return 1
+export FLASHINFER_EXTRA_LDFLAGS=-L$_ld
 '''
 
 

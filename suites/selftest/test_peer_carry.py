@@ -1,7 +1,8 @@
 """benchmarks/peer_carry.py, the folder GPU runs carry for the peers: the flashinfer repack on a
-wheel built here (which members stay, the RECORD pip reads, an install by pip itself), and the
-stand-ins for vLLM's and sglang's modules, imported the way their kernel files import them.
-The real wheels need a network; the tool's own last step imports the real kernel files."""
+wheel built here (which members stay, the RECORD pip reads, an install by pip itself), the
+stand-ins for vLLM's and sglang's modules, imported the way their kernel files import them, and
+env.sh, sourced with a stand-in CUDA_HOME. The real wheels need a network; the tool's own last
+step imports the real kernel files."""
 from __future__ import annotations
 
 import base64
@@ -106,3 +107,29 @@ def test_stand_ins_answer_as_the_kernel_files_expect(tmp_path):
     code = "from decode_conformance import _paths; _paths.alias_checkout()\n" + code
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert run.returncode == 0 and "stand-ins ok" in run.stdout, run.stdout + run.stderr
+
+
+def test_env_sh_installs_the_wheels_and_sets_what_flashinfer_needs(tmp_path):
+    """The script a GPU run sources, run here with its folders moved under tmp_path and a stand-in
+    CUDA_HOME: the wheels importable, site/ on the path, flashinfer's link folder and settings."""
+    folder = tmp_path / "peers"
+    _wheel(tmp_path / "flashinfer_python-0.7.2.post1-py3-none-any.whl")
+    peer_carry.repack(tmp_path / "flashinfer_python-0.7.2.post1-py3-none-any.whl", folder / "whl")
+    peer_carry.write_stand_ins(folder / "site")
+    (folder / "env.sh").write_text(peer_carry.ENV_SH)
+    cuda = tmp_path / "cuda"
+    for lib in ("lib64/libcudart.so", "lib64/stubs/libcuda.so"):
+        (cuda / lib).parent.mkdir(parents=True, exist_ok=True)
+        (cuda / lib).write_text("")
+    script = ('source "$1" || exit 9; python3 -c "import flashinfer.decode, vllm.envs, sglang.srt.environ"'
+              ' && echo "$FLASHINFER_EXTRA_LDFLAGS|$FLASHINFER_CUDA_ARCH_LIST|$FLASHINFER_WORKSPACE_BASE|$MAX_JOBS"')
+    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "CUDA_HOME": str(cuda), "PEERS_SITE": str(tmp_path / "installed"), "PEERS_LD": str(tmp_path / "ld")}
+    env.pop("PYTHONPATH", None)
+    run = subprocess.run(["bash", "-c", script, "env.sh", str(folder / "env.sh")], capture_output=True, text=True,
+                         env=env, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    ld, arch, workspace, jobs = run.stdout.strip().splitlines()[-1].split("|")
+    assert (ld, arch, workspace) == (f"-L{tmp_path / 'ld'}", "9.0a", "/tmp/fi-ws") and int(jobs) >= 1
+    assert (tmp_path / "ld" / "libcudart.so").resolve() == (cuda / "lib64/libcudart.so").resolve()
+    assert (tmp_path / "ld" / "libcuda.so").resolve() == (cuda / "lib64/stubs/libcuda.so").resolve()
