@@ -15,8 +15,6 @@ the wheels.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import pathlib
@@ -28,6 +26,8 @@ import tempfile
 import textwrap
 
 import pytest
+
+from decode_conformance.device_memory import SlotLock
 
 from suites.selftest._subpytest import ROOT
 
@@ -42,19 +42,12 @@ def _run(cmd, cwd, env=None, timeout=600):
     return subprocess.run(cmd, cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
 
 
-@contextlib.contextmanager
-def _building_in(src: pathlib.Path):
+def _building_in(src: pathlib.Path) -> SlotLock:
     """One wheel build at a time per source folder: setuptools builds in the folder itself
     (`build/`), and under xdist this module's tests may land on two workers that each build the
     module fixture at once; one then fails with "No such file or directory" as the other cleans up."""
     key = hashlib.sha256(str(src.resolve()).encode()).hexdigest()[:16]  # hash() differs between workers
-    lock = pathlib.Path(tempfile.gettempdir()) / f"decode-conformance-build-{key}.lock"
-    with open(lock, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return SlotLock(pathlib.Path(tempfile.gettempdir()) / f"decode-conformance-build-{key}", slots=1)
 
 
 @pytest.fixture(scope="module")
