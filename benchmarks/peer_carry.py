@@ -14,8 +14,16 @@ in a git-ignored folder of the checkout (their code is never committed here):
 - `env.sh`: sourced on the GPU machine (bash), it installs the wheels under
   /tmp/site and exports PYTHONPATH and the settings flashinfer's JIT compiler needs.
 
-    python benchmarks/peer_carry.py .carry/peers [--downloads DIR]     # here (network: pip download)
-    source .carry/peers/env.sh                                         # there, before the run
+    python benchmarks/peer_carry.py .carry/peers [--downloads DIR] [--aot]   # here (network: pip download)
+    source .carry/peers/env.sh                                               # there, before the run
+
+`--aot` compiles, here and ahead, the flashinfer modules the peer table's cells use
+(`AOT_MODULES`, for sm_90a; it needs nvcc under CUDA_HOME, no GPU) and ships them in the
+repacked wheel under flashinfer/data/aot/<module>/<module>.so, which flashinfer loads as it
+loads its own prebuilt kernels instead of compiling them (flashinfer/jit/env.py,
+`get_aot_artifacts`; a module that fails to load there is compiled as before). That takes the
+JIT compilation off the lent machine's clock (about 5 minutes on 2 cores here); any other
+module, say the conformance matrix's window and soft-cap variants, still compiles on first use.
 
 The versions are the ones the recorded runs used (docs/gpu-runs/README.md). A newer release may
 import more of its library: the last step imports both kernel files under the stand-ins and
@@ -26,11 +34,13 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import json
 import os
 import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 
 FLASHINFER = "0.7.2.post1"
@@ -69,6 +79,24 @@ PYTHON_FILES = (".py", ".pyi", ".json", "py.typed")  # .json: tables some module
 EXPERIMENTAL_IMPORTED = {"flashinfer/experimental/__init__.py",
                          "flashinfer/experimental/cake_nvfp4_per_token/__init__.py",
                          "flashinfer/experimental/cake_nvfp4_per_token/support.py"}
+
+# flashinfer's JIT modules that the peer table's flashinfer rows load on its cells
+# (fixtures/perf_cells.toml, benchmarks/target_cells.toml): bf16 queries, bf16 or e4m3 caches, head
+# dims 128 and 256 (the CUDA-core decode, and the tensor-core decode, which runs the fa2 batch
+# prefill module), and the 576 = 512 + 64 MLA head in both backends. As (generator in
+# flashinfer.jit, its arguments): dtypes by torch name, position encoding 0 (none), no sliding
+# window, no soft cap, no fp16 QK reduction, no profiler. Names were checked against the modules
+# the adapters asked for on those cells (session 45).
+AOT_MODULES = tuple(
+    [("gen_batch_decode_module", ("bfloat16", kv, "bfloat16", "int32", d, d, 0, False, False))
+     for kv, d in (("bfloat16", 128), ("bfloat16", 256), ("float8_e4m3fn", 128))]
+    + [("gen_batch_prefill_module", ("fa2", "bfloat16", kv, "bfloat16", "int32", d, d, 0, False, False, False))
+       for kv, d in (("bfloat16", 128), ("bfloat16", 256), ("float8_e4m3fn", 128))]
+    + [("gen_batch_mla_module", (backend, "bfloat16", "bfloat16", "bfloat16", "int32", 512, 64, False))
+       for backend in ("fa2", "fa3")])
+AOT_ARCH = "9.0a"  # Hopper (H100, H200), the lent machines' class
+# flashinfer's own imports beyond torch, for the build here (the GPU image has them)
+AOT_HOST_DEPS = ("requests", "tqdm", "nvidia-ml-py")
 
 VLLM_FILES = ("vllm/v1/attention/ops/triton_unified_attention.py",
               "vllm/v1/attention/ops/triton_attention_helpers.py")
@@ -201,9 +229,10 @@ def record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def repack(wheel: pathlib.Path, out_dir: pathlib.Path, keep=keep_in_flashinfer) -> pathlib.Path:
-    """A copy of `wheel` in `out_dir` holding the members `keep` accepts, with a RECORD that
-    lists exactly those (pip reads it to know what it installed)."""
+def repack(wheel: pathlib.Path, out_dir: pathlib.Path, keep=keep_in_flashinfer, extra=None) -> pathlib.Path:
+    """A copy of `wheel` in `out_dir` holding the members `keep` accepts and the `extra` ones
+    ({member name: bytes}), with a RECORD that lists exactly those (pip reads it to know what it
+    installed)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     dst = out_dir / wheel.name
     records, record_name = [], None
@@ -216,6 +245,9 @@ def repack(wheel: pathlib.Path, out_dir: pathlib.Path, keep=keep_in_flashinfer) 
             data = src.read(info)
             out.writestr(info, data, zipfile.ZIP_DEFLATED)
             records.append(record_line(info.filename, data))
+        for name, data in sorted((extra or {}).items()):
+            out.writestr(name, data, zipfile.ZIP_DEFLATED)
+            records.append(record_line(name, data))
         if record_name is None:
             raise SystemExit(f"{wheel}: no .dist-info/RECORD; expected a wheel")
         records.append(f"{record_name},,")
@@ -239,16 +271,61 @@ def write_stand_ins(site: pathlib.Path) -> None:
         (site / rel).write_text(text)
 
 
-def download(spec: str, into: pathlib.Path) -> pathlib.Path:
+def download(spec: str, into: pathlib.Path, for_device: bool = True) -> pathlib.Path:
+    """The wheel of `spec` (name==version) in `into`, downloaded once: for the device's
+    interpreter, or with for_device=False for this one (keep those in a folder of their own)."""
     name, version = spec.split("==")
     stem = f"{name.replace('-', '_')}-{version}-"
     found = sorted(into.glob(stem + "*.whl"))
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", *PIP_TARGET, "-d", str(into), spec], check=True)
+        target = PIP_TARGET if for_device else ["--only-binary=:all:", "--no-deps"]
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", *target, "-d", str(into), spec], check=True)
         found = sorted(into.glob(stem + "*.whl"))
     if not found:
         raise SystemExit(f"pip download {spec}: no wheel named {stem}*.whl in {into}")
     return found[0]
+
+
+AOT_BUILD = """
+import json, sys, torch
+import flashinfer.jit as jit
+for gen, args in json.loads(sys.argv[1]):
+    args = [getattr(torch, a) if isinstance(a, str) and hasattr(torch, a) else a for a in args]
+    spec = getattr(jit, gen)(*args)
+    spec.build(verbose=False)
+    print(json.dumps({"name": spec.name, "so": str(spec.jit_library_path)}), flush=True)
+"""
+
+
+def build_aot(slim: pathlib.Path, downloads: pathlib.Path, work: pathlib.Path) -> dict[str, bytes]:
+    """Compile AOT_MODULES with the repacked flashinfer installed for this interpreter (torch
+    must be importable here); {wheel member: the module's .so}."""
+    cuda = pathlib.Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    if not (cuda / "bin" / "nvcc").exists():
+        raise SystemExit(f"--aot: no nvcc at {cuda}/bin/nvcc; set CUDA_HOME to a CUDA toolkit (no GPU needed)")
+    site, ld = work / "site", work / "ld"
+    ld.mkdir(parents=True)
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--target", str(site)]
+    subprocess.run(pip + ["--no-deps", str(slim), str(download(f"apache-tvm-ffi=={TVM_FFI}", downloads / "this-host",
+                                                                for_device=False))], check=True)
+    subprocess.run(pip + list(AOT_HOST_DEPS), check=True)
+    # The modules link -lcudart -lcuda; a toolkit without its stubs folder gets an empty libcuda
+    # to link against (the symbols resolve at load time, against the GPU machine's driver).
+    stub = cuda / "lib64" / "stubs" / "libcuda.so"
+    if stub.exists():
+        (ld / "libcuda.so").symlink_to(stub)
+    else:
+        subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(ld / "libcuda.so"),
+                        "-x", "c", "/dev/null"], check=True)
+    env = {**os.environ, "PYTHONPATH": str(site), "CUDA_HOME": str(cuda), "FLASHINFER_WORKSPACE_BASE": str(work),
+           "FLASHINFER_CUDA_ARCH_LIST": AOT_ARCH, "MAX_JOBS": str(os.cpu_count() or 1),
+           "FLASHINFER_EXTRA_LDFLAGS": f"-L{ld} -L{cuda / 'lib64'}"}
+    run = subprocess.run([sys.executable, "-c", AOT_BUILD, json.dumps(AOT_MODULES)], env=env, capture_output=True,
+                         text=True)
+    built = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    if run.returncode or len(built) != len(AOT_MODULES):
+        raise SystemExit(f"--aot: built {len(built)} of {len(AOT_MODULES)} modules:\n{run.stderr[-3000:]}")
+    return {f"flashinfer/data/aot/{m['name']}/{m['name']}.so": pathlib.Path(m["so"]).read_bytes() for m in built}
 
 
 def check_imports(site: pathlib.Path) -> int:
@@ -270,13 +347,21 @@ def main(argv=None) -> int:
     ap.add_argument("folder", type=pathlib.Path, help="where to build it (git-ignored, e.g. .carry/peers)")
     ap.add_argument("--downloads", type=pathlib.Path, default=None,
                     help="where the released wheels are kept (default: FOLDER/../peer-wheels)")
+    ap.add_argument("--aot", action="store_true",
+                    help="compile the peer table's flashinfer modules here and ship them in the wheel (needs nvcc)")
     a = ap.parse_args(argv)
     downloads = a.downloads or a.folder.parent / "peer-wheels"
     downloads.mkdir(parents=True, exist_ok=True)
     for sub in ("whl", "site"):
         shutil.rmtree(a.folder / sub, ignore_errors=True)
     whl, site = a.folder / "whl", a.folder / "site"
-    slim = repack(download(f"flashinfer-python=={FLASHINFER}", downloads), whl)
+    released = download(f"flashinfer-python=={FLASHINFER}", downloads)
+    slim = repack(released, whl)
+    if a.aot:
+        with tempfile.TemporaryDirectory(prefix="peer-aot-") as work:  # the install, sources and objects: ~190 MiB
+            built = build_aot(slim, downloads, pathlib.Path(work))
+        slim = repack(released, whl, extra=built)
+        print(f"--aot: {len(built)} modules in the wheel, {sum(map(len, built.values())) / 2**20:.1f} MiB")
     shutil.copy2(download(f"apache-tvm-ffi=={TVM_FFI}", downloads), whl)
     extract(download(f"vllm=={VLLM}", downloads), VLLM_FILES, site)
     extract(download(f"sglang=={SGLANG}", downloads), SGLANG_FILES, site)

@@ -67,6 +67,26 @@ def test_repack_keeps_what_the_adapters_build_and_records_it(tmp_path):
     assert sorted(record) == sorted(expected + [DIST + "RECORD,,"])
 
 
+def test_prebuilt_modules_go_where_flashinfer_loads_them_and_into_the_record(tmp_path):
+    """--aot's modules: members under flashinfer/data/aot/<module>/<module>.so (the folder
+    flashinfer/jit/env.py looks in before compiling), hashed in RECORD, installed by pip."""
+    _wheel(tmp_path / "flashinfer_python-0.7.2.post1-py3-none-any.whl")
+    name = "batch_decode_with_kv_cache_test"
+    extra = {f"flashinfer/data/aot/{name}/{name}.so": b"\x7fELF not really"}
+    out = peer_carry.repack(tmp_path / "flashinfer_python-0.7.2.post1-py3-none-any.whl", tmp_path / "whl",
+                            extra=extra)
+    with zipfile.ZipFile(out) as z:
+        record = z.read(DIST + "RECORD").decode().splitlines()
+        assert z.read(f"flashinfer/data/aot/{name}/{name}.so") == b"\x7fELF not really"
+    data = b"\x7fELF not really"
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    assert f"flashinfer/data/aot/{name}/{name}.so,sha256={digest},{len(data)}" in record
+    run = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                          "--target", str(tmp_path / "site"), str(out)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "site" / "flashinfer" / "data" / "aot" / name / f"{name}.so").is_file()
+
+
 def test_pip_installs_the_repacked_wheel(tmp_path):
     _wheel(tmp_path / "flashinfer_python-0.7.2.post1-py3-none-any.whl")
     out = peer_carry.repack(tmp_path / "flashinfer_python-0.7.2.post1-py3-none-any.whl", tmp_path / "whl")
