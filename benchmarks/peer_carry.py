@@ -82,17 +82,21 @@ EXPERIMENTAL_IMPORTED = {"flashinfer/experimental/__init__.py",
 
 # flashinfer's JIT modules that the peer table's flashinfer rows load on its cells
 # (fixtures/perf_cells.toml, benchmarks/target_cells.toml): bf16 queries, bf16 or e4m3 caches, head
-# dims 128 and 256 (the CUDA-core decode, and the tensor-core decode, which runs the fa2 batch
-# prefill module), and the 576 = 512 + 64 MLA head in both backends. As (generator in
-# flashinfer.jit, its arguments): dtypes by torch name, position encoding 0 (none), no sliding
-# window, no soft cap, no fp16 QK reduction, no profiler. Names were checked against the modules
-# the adapters asked for on those cells (session 45).
+# dims 128 and 256 (the CUDA-core decode, and the tensor-core decode, which loads the fa2 batch
+# prefill's primary module: K and V of equal strides), and the 576 = 512 + 64 MLA head in both
+# backends. As (generator, its arguments): dtypes by torch name, position encoding 0 (none), no
+# sliding window, no soft cap, no fp16 QK reduction, no profiler. The prefill generator is
+# flashinfer's private one, the one its BatchPrefill path calls for fa2 (flashinfer/prefill.py,
+# get_batch_prefill_module, in 0.7.2.post1). Checked in session 45 on a CPU: each adapter's plan()
+# on each of those cells loaded its module from the wheel and compiled none.
+_MODULES = "flashinfer.jit.attention.modules:"
 AOT_MODULES = tuple(
-    [("gen_batch_decode_module", ("bfloat16", kv, "bfloat16", "int32", d, d, 0, False, False))
+    [(_MODULES + "gen_batch_decode_module", ("bfloat16", kv, "bfloat16", "int32", d, d, 0, False, False))
      for kv, d in (("bfloat16", 128), ("bfloat16", 256), ("float8_e4m3fn", 128))]
-    + [("gen_batch_prefill_module", ("fa2", "bfloat16", kv, "bfloat16", "int32", d, d, 0, False, False, False))
+    + [(_MODULES + "_gen_batch_prefill_primary_module",
+        ("fa2", "bfloat16", kv, "bfloat16", "int32", d, d, 0, False, False, False))
        for kv, d in (("bfloat16", 128), ("bfloat16", 256), ("float8_e4m3fn", 128))]
-    + [("gen_batch_mla_module", (backend, "bfloat16", "bfloat16", "bfloat16", "int32", 512, 64, False))
+    + [(_MODULES + "gen_batch_mla_module", (backend, "bfloat16", "bfloat16", "bfloat16", "int32", 512, 64, False))
        for backend in ("fa2", "fa3")])
 AOT_ARCH = "9.0a"  # Hopper (H100, H200), the lent machines' class
 # flashinfer's own imports beyond torch, for the build here (the GPU image has them)
@@ -287,11 +291,10 @@ def download(spec: str, into: pathlib.Path, for_device: bool = True) -> pathlib.
 
 
 AOT_BUILD = """
-import json, sys, torch
-import flashinfer.jit as jit
+import json, pkgutil, sys, torch
 for gen, args in json.loads(sys.argv[1]):
     args = [getattr(torch, a) if isinstance(a, str) and hasattr(torch, a) else a for a in args]
-    spec = getattr(jit, gen)(*args)
+    spec = pkgutil.resolve_name(gen)(*args)
     spec.build(verbose=False)
     print(json.dumps({"name": spec.name, "so": str(spec.jit_library_path)}), flush=True)
 """
