@@ -153,3 +153,16 @@ def test_env_sh_installs_the_wheels_and_sets_what_flashinfer_needs(tmp_path):
     assert (ld, arch, workspace) == (f"-L{tmp_path / 'ld'}", "9.0a", "/tmp/fi-ws") and int(jobs) >= 1
     assert (tmp_path / "ld" / "libcudart.so").resolve() == (cuda / "lib64/libcudart.so").resolve()
     assert (tmp_path / "ld" / "libcuda.so").resolve() == (cuda / "lib64/stubs/libcuda.so").resolve()
+
+
+def test_aot_without_a_cuda_toolkit_says_what_is_missing(tmp_path, monkeypatch):
+    """--aot on a machine without nvcc stops before installing anything, naming CUDA_HOME and nvcc."""
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
+    try:
+        peer_carry.build_aot(tmp_path / "flashinfer.whl", tmp_path / "downloads", tmp_path / "work")
+    except SystemExit as e:
+        message = str(e)
+    else:
+        raise AssertionError("build_aot ran without nvcc")
+    assert f"no nvcc at {tmp_path / 'no-cuda'}/bin/nvcc" in message and "CUDA_HOME" in message
+    assert not (tmp_path / "work").exists() and not (tmp_path / "downloads").exists()
