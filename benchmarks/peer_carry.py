@@ -306,23 +306,22 @@ def build_aot(slim: pathlib.Path, downloads: pathlib.Path, work: pathlib.Path) -
     cuda = pathlib.Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     if not (cuda / "bin" / "nvcc").exists():
         raise SystemExit(f"--aot: no nvcc at {cuda}/bin/nvcc; set CUDA_HOME to a CUDA toolkit (no GPU needed)")
-    site, ld = work / "site", work / "ld"
-    ld.mkdir(parents=True)
+    site = work / "site"
     pip = [sys.executable, "-m", "pip", "install", "-q", "--target", str(site)]
     subprocess.run(pip + ["--no-deps", str(slim), str(download(f"apache-tvm-ffi=={TVM_FFI}", downloads / "this-host",
                                                                 for_device=False))], check=True)
     subprocess.run(pip + list(AOT_HOST_DEPS), check=True)
-    # The modules link -lcudart -lcuda; a toolkit without its stubs folder gets an empty libcuda
-    # to link against (the symbols resolve at load time, against the GPU machine's driver).
-    stub = cuda / "lib64" / "stubs" / "libcuda.so"
-    if stub.exists():
-        (ld / "libcuda.so").symlink_to(stub)
-    else:
+    env = {**os.environ, "PYTHONPATH": str(site), "CUDA_HOME": str(cuda), "FLASHINFER_WORKSPACE_BASE": str(work),
+           "FLASHINFER_CUDA_ARCH_LIST": AOT_ARCH, "MAX_JOBS": str(os.cpu_count() or 1)}
+    # flashinfer links its modules with -L$CUDA_HOME/lib64 -L$CUDA_HOME/lib64/stubs -lcudart -lcuda.
+    # A toolkit without the stubs gets an empty libcuda to link against: the symbols resolve at
+    # load time, against the GPU machine's driver.
+    if not (cuda / "lib64" / "stubs" / "libcuda.so").exists():
+        ld = work / "ld"
+        ld.mkdir()
         subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(ld / "libcuda.so"),
                         "-x", "c", "/dev/null"], check=True)
-    env = {**os.environ, "PYTHONPATH": str(site), "CUDA_HOME": str(cuda), "FLASHINFER_WORKSPACE_BASE": str(work),
-           "FLASHINFER_CUDA_ARCH_LIST": AOT_ARCH, "MAX_JOBS": str(os.cpu_count() or 1),
-           "FLASHINFER_EXTRA_LDFLAGS": f"-L{ld} -L{cuda / 'lib64'}"}
+        env["FLASHINFER_EXTRA_LDFLAGS"] = f"-L{ld}"
     run = subprocess.run([sys.executable, "-c", AOT_BUILD, json.dumps(AOT_MODULES)], env=env, capture_output=True,
                          text=True)
     built = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
