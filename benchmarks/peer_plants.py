@@ -21,7 +21,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import re
 import shutil
 import subprocess
 import sys
@@ -91,17 +90,9 @@ def apply(plant: Plant, site: pathlib.Path) -> None:
     f.write_text(text.replace(plant.old, plant.new))
 
 
-FAILED = re.compile(r"^FAILED (?P<file>\S+?)::(?P<test>\w+)\[(?P<kernel>[^|\]]+)\|(?P<case>.+)\](?: - .*)?$")
-
-
-def failures(pytest_output: str) -> set[tuple[str, str]]:
-    """(test, case id) of every FAILED line of a pytest run's short summary."""
-    out = set()
-    for line in pytest_output.splitlines():
-        m = FAILED.match(line.strip())
-        if m:
-            out.add((m["test"], m["case"]))
-    return out
+def failures(rows: list[dict]) -> set[tuple[str, str]]:
+    """(test, case id) of every failed row of a run's conformance report (`--conformance-report`)."""
+    return {(r["test"].split("::")[-1], r["case"]) for r in rows if r["status"] == "failed"}
 
 
 def by_distribution(new: set, data_of: dict) -> collections.Counter:
@@ -113,12 +104,19 @@ def by_distribution(new: set, data_of: dict) -> collections.Counter:
     return counts
 
 
-def run_parity(adapter: str, site: pathlib.Path, workers: str) -> str:
+def run_parity(adapter: str, site: pathlib.Path, workers: str) -> tuple[str, list[dict]]:
+    """The parity suite on `adapter` with `site` first on the path: (pytest's output, the rows of
+    its conformance report)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
-    run = subprocess.run([sys.executable, "-m", "pytest", "suites/parity", "-p", "no:cacheprovider", "-q",
-                          "-n", workers, f"--kernel={REGISTRY}{adapter}"], cwd=ROOT, env=env,
-                         capture_output=True, text=True)
-    return run.stdout + run.stderr
+    with tempfile.TemporaryDirectory() as tmp:
+        report = pathlib.Path(tmp) / "report.json"
+        run = subprocess.run([sys.executable, "-m", "pytest", "suites/parity", "-p", "no:cacheprovider", "-q",
+                              "-n", workers, f"--kernel={REGISTRY}{adapter}", f"--conformance-report={report}"],
+                             cwd=ROOT, env=env, capture_output=True, text=True)
+        if not report.exists():
+            raise SystemExit(f"the parity run on {adapter} wrote no report (exit {run.returncode}):\n"
+                             f"{(run.stdout + run.stderr)[-3000:]}")
+        return run.stdout + run.stderr, json.loads(report.read_text())["results"]
 
 
 def main(argv=None) -> int:
@@ -141,8 +139,8 @@ def main(argv=None) -> int:
     baseline, rows, bad = {}, [], 0
     for plant in plants:
         if plant.adapter not in baseline:
-            out = run_parity(plant.adapter, a.site, a.workers)
-            baseline[plant.adapter] = failures(out)
+            out, results = run_parity(plant.adapter, a.site, a.workers)
+            baseline[plant.adapter] = failures(results)
             if a.out:
                 (a.out / f"unplanted-{plant.adapter}.log").write_text(out)
         with tempfile.TemporaryDirectory() as tmp:
@@ -154,10 +152,10 @@ def main(argv=None) -> int:
                 print(e, file=sys.stderr)
                 bad += 1
                 continue
-            out = run_parity(plant.adapter, copy, a.workers)
+            out, results = run_parity(plant.adapter, copy, a.workers)
         if a.out:
             (a.out / f"{plant.name}.log").write_text(out)
-        new = failures(out) - baseline[plant.adapter]
+        new = failures(results) - baseline[plant.adapter]
         bad += not new
         rows.append({"plant": plant.name, "adapter": plant.adapter, "models": plant.models,
                      "unplanted_failures": len(baseline[plant.adapter]), "new_failures": len(new),

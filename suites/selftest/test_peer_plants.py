@@ -1,6 +1,6 @@
 """benchmarks/peer_plants.py, the bugs planted in the peers' real kernels: a plant changes exactly
-the lines it names or says why not; failures are read from pytest's summary and counted by the
-case's distribution. Where the peers' kernel files are importable (PYTHONPATH, as
+the lines it names or says why not; failures are read from the run's conformance report and
+counted by the case's distribution. Where the peers' kernel files are importable (PYTHONPATH, as
 benchmarks/peer_carry.py builds them), every plant must still find its line in them; CI has
 neither, so that one skips there."""
 from __future__ import annotations
@@ -45,18 +45,19 @@ def test_a_plant_without_its_file_names_it(tmp_path):
         peer_plants.apply(PLANT, tmp_path)
 
 
-SUMMARY = """\
-..F.s
-FAILED suites/parity/test_parity.py::test_parity[sglang_decode|bf16-paged16-h8g4-d64-B2[300,7]-late-spike-s1] - AssertionError: FAIL
-FAILED suites/parity/test_parity.py::test_parity[sglang_decode|e4m3-contig-h4g2-d64-B1[17]-s2]
-FAILED suites/parity/test_determinism.py::test_bitwise_repeatable[sglang_decode|determinism-bf16-paged1-h8g8-d64-B2[129,700]-s6]
-ERROR suites/parity/test_parity.py::test_parity[sglang_decode|bf16-x-s9] - not a failure of the kernel
-3 failed, 1 passed, 1 skipped
-"""
+ROWS = [  # as the plugin's --conformance-report writes them (decode_conformance/report.py)
+    {"test": "test_parity::test_parity", "case": "bf16-paged16-h8g4-d64-B2[300,7]-late-spike-s1", "status": "failed"},
+    {"test": "test_parity::test_parity", "case": "e4m3-contig-h4g2-d64-B1[17]-s2", "status": "failed"},
+    {"test": "test_determinism::test_bitwise_repeatable",
+     "case": "determinism-bf16-paged1-h8g8-d64-B2[129,700]-s6", "status": "failed"},
+    {"test": "test_parity::test_parity", "case": "bf16-x-s9", "status": "error"},  # not a failure of the kernel
+    {"test": "test_parity::test_parity", "case": "bf16-y-s3", "status": "passed"},
+    {"test": "test_parity::test_parity", "case": "bf16-z-s4", "status": "skipped"},
+]
 
 
-def test_failures_are_read_from_pytests_summary():
-    assert peer_plants.failures(SUMMARY) == {
+def test_failures_are_read_from_the_conformance_report():
+    assert peer_plants.failures(ROWS) == {
         ("test_parity", "bf16-paged16-h8g4-d64-B2[300,7]-late-spike-s1"),
         ("test_parity", "e4m3-contig-h4g2-d64-B1[17]-s2"),
         ("test_bitwise_repeatable", "determinism-bf16-paged1-h8g8-d64-B2[129,700]-s6"),
@@ -64,7 +65,7 @@ def test_failures_are_read_from_pytests_summary():
 
 
 def test_new_failures_are_counted_by_the_cases_distribution():
-    new = peer_plants.failures(SUMMARY)
+    new = peer_plants.failures(ROWS)
     data_of = {"bf16-paged16-h8g4-d64-B2[300,7]-late-spike-s1": "late-spike", "e4m3-contig-h4g2-d64-B1[17]-s2": "structured"}
     assert peer_plants.by_distribution(new, data_of) == {"late-spike": 1, "structured": 1, "other scenarios": 1}
 
