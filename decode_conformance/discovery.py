@@ -17,13 +17,17 @@ ENTRY_POINT_GROUP = "decode_conformance.kernels"
 # ENTRY_POINT_GROUP, the group an adopter's package registers its kernels in. That table is
 # the one list of shipped kernels.
 SHIPPED_PACKAGE = "decode_conformance_kernels"
+# A bare name resolves only where the name is known without importing anything: an entry point
+# (ours, an adopter package's) or a shipped adapter. A kernel named by its spec is not.
+BARE_NAME_EXPECTED = ("expected 'package.module:object', or the bare name of a registered kernel "
+                      "(--list-kernels without --kernel: ours, the adapters, entry points)")
 
 
 def missing_module(spec: str) -> Optional[str]:
     """Why `spec` cannot name a kernel, when that shows without importing it: no ':' or a
     top-level package that is not installed. None when it may well import."""
     if ":" not in spec:
-        return f"kernel spec {spec!r}: expected 'package.module:object', or a kernel name --list-kernels prints"
+        return f"kernel spec {spec!r}: {BARE_NAME_EXPECTED}"
     module = spec.split(":", 1)[0]
     top = module.split(".")[0]
     if not top:
@@ -91,8 +95,8 @@ def bare_name_spec(name: str, registered: dict[str, str]) -> str:
 
 def kernel_specs(cli: Iterable[str] = (), env: Optional[str] = None) -> list[str]:
     """Which kernels to test: command line, then environment variable, then every registered
-    kernel (entry points). A kernel name --list-kernels prints (e.g. `lean`, `sglang_decode`) is
-    accepted wherever a spec is (`bare_name_spec`)."""
+    kernel (entry points). A registered kernel's name (e.g. `lean`, `sglang_decode`) is accepted
+    wherever a spec is (`bare_name_spec`)."""
     specs = [s for s in cli if s]
     if not specs:
         env = os.environ.get(ENV_VAR, "") if env is None else env

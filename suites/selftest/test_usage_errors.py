@@ -21,7 +21,7 @@ def _usage(*args, **kw):
     ("no_such_package.mod:k", "cannot import no_such_package.mod"),
     ("decode_conformance_kernels.registry:nope", "has no attribute 'nope'"),
     ("decode_conformance.cases:DTYPES", "names a dict, not a kernel"),
-    ("decode_conformance_kernels", "expected 'package.module:object', or a kernel name --list-kernels prints"),
+    ("decode_conformance_kernels", "expected 'package.module:object', or the bare name of a registered kernel"),
 ])
 def test_bad_kernel_spec(spec, expected):
     out = _usage(f"--kernel={spec}", "-n", "2")
