@@ -203,11 +203,17 @@ _site=${PEERS_SITE:-/tmp/site} _ld=${PEERS_LD:-/tmp/fi-ld}   # where the wheels 
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$_site" "$_peers"/whl/*.whl || return 1
 export PYTHONPATH=$_site:$_peers/site${PYTHONPATH:+:$PYTHONPATH}   # the suite's isolated workers inherit it
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-ws}
-export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a} MAX_JOBS=${MAX_JOBS:-$(nproc)}
+export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-@AOT_ARCH@} MAX_JOBS=${MAX_JOBS:-$(nproc)}
 # flashinfer links its modules against libcudart and libcuda; the image has the latter among the stubs only
 mkdir -p "$_ld" && ln -sf "$CUDA_HOME"/lib64/libcudart.so "$CUDA_HOME"/lib64/stubs/libcuda.so "$_ld"/ || return 1
 export FLASHINFER_EXTRA_LDFLAGS=-L$_ld
 '''
+
+
+def env_sh() -> str:
+    """env.sh's text, its default arch the one --aot compiles for: a module built for another arch
+    than the JIT's is not loaded from the wheel but compiled on the GPU machine."""
+    return ENV_SH.replace("@AOT_ARCH@", AOT_ARCH)
 
 
 def keep_in_flashinfer(name: str) -> bool:
@@ -368,7 +374,7 @@ def main(argv=None) -> int:
     extract(download(f"vllm=={VLLM}", downloads), VLLM_FILES, site)
     extract(download(f"sglang=={SGLANG}", downloads), SGLANG_FILES, site)
     write_stand_ins(site)
-    (a.folder / "env.sh").write_text(ENV_SH)
+    (a.folder / "env.sh").write_text(env_sh())
     size = sum(p.stat().st_size for p in a.folder.rglob("*") if p.is_file())
     print(f"{slim.name}: {slim.stat().st_size / 2**20:.1f} MiB; {a.folder}: {size / 2**20:.1f} MiB in all")
     return check_imports(site)

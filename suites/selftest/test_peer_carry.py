@@ -136,7 +136,7 @@ def test_env_sh_installs_the_wheels_and_sets_what_flashinfer_needs(tmp_path):
     _wheel(tmp_path / "flashinfer_python-0.7.2.post1-py3-none-any.whl")
     peer_carry.repack(tmp_path / "flashinfer_python-0.7.2.post1-py3-none-any.whl", folder / "whl")
     peer_carry.write_stand_ins(folder / "site")
-    (folder / "env.sh").write_text(peer_carry.ENV_SH)
+    (folder / "env.sh").write_text(peer_carry.env_sh())
     cuda = tmp_path / "cuda"
     for lib in ("lib64/libcudart.so", "lib64/stubs/libcuda.so"):
         (cuda / lib).parent.mkdir(parents=True, exist_ok=True)
