@@ -26,19 +26,35 @@ def checkout_root() -> Optional[pathlib.Path]:
 
 
 def alias_checkout(root: Optional[pathlib.Path] = None) -> None:
-    """Make each alias importable from `root` unless it already is. Idempotent."""
-    root = pathlib.Path(root).resolve() if root else checkout_root()
+    """Make each alias importable from `root`. Idempotent.
+
+    Where `root` is the checkout this package itself was imported from, each alias is the
+    checkout's folder even when another copy is importable under the same name (an editable
+    install of a second checkout, a stale wheel): otherwise a checkout's library would run
+    another checkout's kernels against another checkout's data, and say nothing. Elsewhere an
+    importable name is left as it is.
+    """
+    own = checkout_root()
+    root = pathlib.Path(root).resolve() if root else own
     if root is None:
         return
     for name, folder in ALIASES.items():
         init = root / folder / "__init__.py"
-        if name in sys.modules or not init.exists():
+        if not init.exists():
+            continue
+        if name in sys.modules:
+            where = _origin(sys.modules[name])
+            if root == own and where is not None and not _inside(where, root / folder):
+                raise ImportError(f"{name} was imported from {where.parent} before this checkout's "
+                                  f"{folder}/ ({root / folder}) could stand in for it; import "
+                                  f"decode_conformance from {root} first")
             continue
         try:
-            if importlib.util.find_spec(name) is not None:
-                continue
+            spec = importlib.util.find_spec(name)
         except ModuleNotFoundError:
-            pass
+            spec = None
+        if spec is not None and (root != own or (spec.origin and _inside(pathlib.Path(spec.origin), root / folder))):
+            continue
         spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(root / folder)])
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
@@ -46,3 +62,12 @@ def alias_checkout(root: Optional[pathlib.Path] = None) -> None:
         parent, _, child = name.rpartition(".")
         if parent:
             setattr(sys.modules[parent], child, mod)
+
+
+def _origin(module) -> Optional[pathlib.Path]:
+    file = getattr(module, "__file__", None)
+    return pathlib.Path(file) if file else None
+
+
+def _inside(path: pathlib.Path, folder: pathlib.Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())

@@ -1,10 +1,11 @@
-"""GPU class, compute-unit count and memory of the device under test.
+"""GPU class, device count and memory of the machine under test.
 
-How to add a GPU class: add a row to `fixtures/gpu_classes.toml` (its detection key, memory,
-whether it has fp8 tensor cores; to compile for it in ci/compile_check.py, its compile_arch,
-warp size and shared-memory limit) and, if the detection rule is new, one line in
-`classify()`. Everything class-specific (baselines, ledgers, gate calibration) is keyed by
-the class name.
+How to add a GPU class: add a row to `fixtures/gpu_classes.toml`, named as `classify()` names
+the device (memory, whether it has fp8 tensor cores; to compile for it in ci/compile_check.py,
+its compile_arch, warp size and shared-memory limit) and, if the detection rule is new, one
+line in `classify()`. Everything class-specific (baselines, ledgers, gate calibration) is keyed
+by the class name. The SM count is not a row's: kernels read it from the device at run time
+(`kernels/split_rule.num_sms`).
 """
 from __future__ import annotations
 

@@ -66,6 +66,30 @@ def _fake_device(monkeypatch, *, rocm: bool, **props):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i=0: types.SimpleNamespace(**props))
 
 
+# Prose that lists the class table for a reader (runner labels to register, compile targets):
+# (file, a phrase of the line, which classes it must name).
+CLASS_LISTS = [("ci/README.md", "`gpu.yml` `nvidia` (", "nvidia"),
+               ("ci/README.md", "gpu, <class>` (class: ", "nvidia"),
+               ("ci/templates/decode-conformance-nvidia.yml", "the suite's GPU class table", "nvidia"),
+               ("ci/README.md", "Compiles every shipped kernel variant for ", "compiled"),
+               ("README.md", "`compile-check` (every shipped kernel variant compiled", "compiled")]
+
+
+@pytest.mark.parametrize("path,phrase,which", CLASS_LISTS, ids=[f"{p}:{w}" for p, _, w in CLASS_LISTS])
+def test_docs_list_every_class_of_the_table(path, phrase, which):
+    """A class added to fixtures/gpu_classes.toml must reach the lists a reader acts on (the
+    runner labels to register), or a new class's runners are never set up."""
+    lines = (ROOT / path).read_text().splitlines()
+    at = next((i for i, line in enumerate(lines) if phrase in line), None)
+    assert at is not None, f"{path}: no line has {phrase!r} (update CLASS_LISTS)"
+    text = " ".join(lines[at:at + 2])  # a list may wrap once
+    rows = hardware.known_classes().values()
+    want = {c.name for c in rows if c.vendor == "nvidia" and (which == "nvidia" or c.compile_arch is not None)}
+    named = set(re.findall(r"\bsm_\d+\b", text))
+    assert named == want, (f"{path}:{at + 1} names {sorted(named)}; fixtures/gpu_classes.toml's "
+                           f"{which} classes are {sorted(want)}")
+
+
 def test_detect_class_nvidia(monkeypatch):
     _fake_device(monkeypatch, rocm=False, major=9, minor=0, gcnArchName="")
     assert hardware.detect_class() == "sm_90"
