@@ -5,7 +5,8 @@ the device (memory, whether it has fp8 tensor cores; to compile for it in ci/com
 its compile_arch, warp size and shared-memory limit) and, if the detection rule is new, one
 line in `classify()`. Everything class-specific (baselines, ledgers, gate calibration) is keyed
 by the class name. The SM count is not a row's: kernels read it from the device at run time
-(`kernels/split_rule.num_sms`).
+(`kernels/split_rule.num_sms`). The files outside this package a new class touches (runner
+labels, CI class lists, the Lean gate table): README.md, "Where things are".
 """
 from __future__ import annotations
 
