@@ -43,9 +43,9 @@ def alias_checkout(root: Optional[pathlib.Path] = None) -> None:
         if not init.exists():
             continue
         if name in sys.modules:
-            where = _origin(sys.modules[name])
-            if root == own and where is not None and not _inside(where, root / folder):
-                raise ImportError(f"{name} was imported from {where.parent} before this checkout's "
+            where = getattr(sys.modules[name], "__file__", None)
+            if root == own and where and not _inside(pathlib.Path(where), root / folder):
+                raise ImportError(f"{name} was imported from {pathlib.Path(where).parent} before this checkout's "
                                   f"{folder}/ ({root / folder}) could stand in for it; import "
                                   f"decode_conformance from {root} first")
             continue
@@ -62,11 +62,6 @@ def alias_checkout(root: Optional[pathlib.Path] = None) -> None:
         parent, _, child = name.rpartition(".")
         if parent:
             setattr(sys.modules[parent], child, mod)
-
-
-def _origin(module) -> Optional[pathlib.Path]:
-    file = getattr(module, "__file__", None)
-    return pathlib.Path(file) if file else None
 
 
 def _inside(path: pathlib.Path, folder: pathlib.Path) -> bool:

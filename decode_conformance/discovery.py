@@ -17,17 +17,16 @@ ENTRY_POINT_GROUP = "decode_conformance.kernels"
 # ENTRY_POINT_GROUP, the group an adopter's package registers its kernels in. That table is
 # the one list of shipped kernels.
 SHIPPED_PACKAGE = "decode_conformance_kernels"
-# A bare name resolves only where the name is known without importing anything: an entry point
-# (ours, an adopter package's) or a shipped adapter. A kernel named by its spec is not.
-BARE_NAME_EXPECTED = ("expected 'package.module:object', or the bare name of a registered kernel "
-                      "(--list-kernels without --kernel: ours, the adapters, entry points)")
 
 
 def missing_module(spec: str) -> Optional[str]:
     """Why `spec` cannot name a kernel, when that shows without importing it: no ':' or a
     top-level package that is not installed. None when it may well import."""
     if ":" not in spec:
-        return f"kernel spec {spec!r}: {BARE_NAME_EXPECTED}"
+        # A bare name resolves only where it is known without importing anything: an entry point
+        # (ours, an adopter package's) or a shipped adapter. A kernel named by its spec is not.
+        return (f"kernel spec {spec!r}: expected 'package.module:object', or the bare name of a registered "
+                "kernel (--list-kernels without --kernel: ours, the adapters, entry points)")
     module = spec.split(":", 1)[0]
     top = module.split(".")[0]
     if not top:

@@ -24,8 +24,8 @@ from .reference import DEQUANT_KV, FP8_MATH, FP8_Q_AND_P, SOFTMAX_SUMS, SUM_FP32
 
 # Where kernel specs come from lives in a module without torch (the first usage checks of a run
 # happen before torch is imported); its names stay importable from here.
-from .discovery import (BARE_NAME_EXPECTED, ENTRY_POINT_GROUP, ENV_VAR, SHIPPED_PACKAGE,  # noqa: E402,F401
-                        entry_point_specs, kernel_specs, shipped_specs)
+from .discovery import (ENTRY_POINT_GROUP, ENV_VAR, SHIPPED_PACKAGE, entry_point_specs,  # noqa: E402,F401
+                        kernel_specs, missing_module, shipped_specs)
 
 
 DEVICES = ("cpu", "cuda")  # cpu: Triton's interpreter or plain torch; cuda: NVIDIA and ROCm GPUs
@@ -295,7 +295,7 @@ def _trimmed(e: BaseException, user_frames_only: bool = False) -> str:
 def load_kernel(spec: str) -> DecodeKernel:
     """Import `pkg.module:attr` and resolve it (`resolve_kernel`)."""
     if ":" not in spec:
-        raise KernelLoadError(f"kernel spec {spec!r}: {BARE_NAME_EXPECTED}")
+        raise KernelLoadError(missing_module(spec))
     mod_name, attr = spec.split(":", 1)
     try:
         mod = importlib.import_module(mod_name)

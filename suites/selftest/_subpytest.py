@@ -39,11 +39,17 @@ def faulty(name: str) -> str:
     return f"{FAULTY}:{name}"
 
 
+def child_env(**extra: str) -> dict:
+    """This process's environment without what would leak the running pytest into a child."""
+    e = {k: v for k, v in os.environ.items() if k not in _LEAKY_ENV}
+    e.update(extra)
+    return e
+
+
 def run_pytest(*args: str, report: Optional[pathlib.Path] = None, env: Optional[dict] = None,
                timeout: float = 300) -> Run:
     import time
-    e = {k: v for k, v in os.environ.items() if k not in _LEAKY_ENV}
-    e.update(env or {})
+    e = child_env(**(env or {}))
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--device=cpu", *args]
     if report is not None:
         cmd.append(f"--conformance-report={report}")

@@ -13,39 +13,42 @@ import shutil
 import subprocess
 import sys
 
-from suites.selftest._subpytest import ROOT
+import pytest
+
+from suites.selftest._subpytest import ROOT, child_env
 
 
 def _python(code: str, pythonpath: list[pathlib.Path], cwd: pathlib.Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DECODE_CONFORMANCE_"))}
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
+    env = child_env(PYTHONPATH=os.pathsep.join(str(p) for p in pythonpath))
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_the_checkout_kernels_win_over_another_importable_copy(tmp_path):
-    other = tmp_path / "elsewhere" / "decode_conformance_kernels"
-    other.mkdir(parents=True)
-    (other / "__init__.py").write_text("")
+@pytest.fixture
+def other_kernels(tmp_path) -> pathlib.Path:
+    """Another, empty `decode_conformance_kernels` importable from the folder returned."""
+    (tmp_path / "elsewhere" / "decode_conformance_kernels").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "decode_conformance_kernels" / "__init__.py").write_text("")
+    return tmp_path / "elsewhere"
+
+
+def test_the_checkout_kernels_win_over_another_importable_copy(tmp_path, other_kernels):
     code = ("from decode_conformance import _paths; _paths.alias_checkout()\n"
             "import decode_conformance_kernels, decode_conformance.fixtures as f\n"
             "print(decode_conformance_kernels.__file__); print(list(f.__path__)[0])")
-    r = _python(code, [tmp_path / "elsewhere", ROOT], cwd=tmp_path)
+    r = _python(code, [other_kernels, ROOT], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     kernels, fixtures = r.stdout.split()
     assert pathlib.Path(kernels).resolve() == (ROOT / "kernels" / "__init__.py").resolve(), r.stdout
     assert pathlib.Path(fixtures).resolve() == (ROOT / "fixtures").resolve(), r.stdout
 
 
-def test_a_copy_imported_before_the_alias_is_named(tmp_path):
-    other = tmp_path / "elsewhere" / "decode_conformance_kernels"
-    other.mkdir(parents=True)
-    (other / "__init__.py").write_text("")
+def test_a_copy_imported_before_the_alias_is_named(tmp_path, other_kernels):
     code = ("import decode_conformance_kernels\n"
             "from decode_conformance import _paths; _paths.alias_checkout()")
-    r = _python(code, [tmp_path / "elsewhere", ROOT], cwd=tmp_path)
+    r = _python(code, [other_kernels, ROOT], cwd=tmp_path)
     assert r.returncode != 0
     last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("ImportError: decode_conformance_kernels was imported from ") and str(other) in last, r.stderr
+    assert last.startswith("ImportError: decode_conformance_kernels was imported from ") and str(other_kernels / "decode_conformance_kernels") in last, r.stderr
     assert str(ROOT / "kernels") in last, r.stderr
 
 
