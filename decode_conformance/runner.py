@@ -70,8 +70,10 @@ PYTEST_COMMAND = ("python", "-m", "pytest", "-p", "decode_conformance.plugin")
 
 def repro_command(kernel_spec: str, case: Case, case_set: str, device: str, suite: str = "suites/parity",
                   pyargs: bool = False) -> str:
-    """The one-line command that re-runs exactly this case, in the form the run was invoked with
-    (a checkout path, or `--pyargs decode_conformance.suites.<name>` for an installed suite).
+    """The one-line command that re-runs exactly this case, in the form the run was invoked with:
+    `suite` names the test (state.repro_target) as a checkout path
+    (`suites/parity/test_parity.py::test_parity`) or, with `pyargs`, as the installed module
+    (`decode_conformance.suites.parity.test_parity::test_parity`).
     `python -m pytest`, not `pytest`: it puts the current folder on sys.path (an adopter's
     uninstalled kernel package imports) and runs in the environment whose `python` is first on
     PATH rather than whichever `pytest` script is."""

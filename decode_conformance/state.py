@@ -93,18 +93,22 @@ class RunState:
             cases = [c for c in cases if c.id in wanted]
         return cases
 
-    def suite_arg(self, path: pathlib.Path, rootpath: pathlib.Path) -> str:
-        """How to name the suite of a test file in a reproduce line: the module path under
-        --pyargs, else a path relative to the rootdir."""
+    def repro_target(self, node, rootpath: pathlib.Path) -> str:
+        """How a reproduce line names the test function `node` runs: `module::function` under
+        --pyargs, else `path::function` relative to the rootdir. The function, not its folder or
+        file: each other test there would report the filtered-out case as a skip ("got empty
+        parameter set")."""
+        path = node.path
         if self.pyargs:
             parts = path.with_suffix("").parts
             i = max(i for i, p in enumerate(parts) if p == "suites")
-            pkg = ".".join((SUITES_PACKAGE,) + parts[i + 1:-1])
-            return pkg
-        try:
-            return str(path.parent.relative_to(rootpath))
-        except ValueError:
-            return str(path.parent)
+            where = ".".join((SUITES_PACKAGE,) + parts[i + 1:])
+        else:
+            try:
+                where = str(path.relative_to(rootpath))
+            except ValueError:
+                where = str(path)
+        return f"{where}::{node.originalname}"
 
     def case_marks(self, kp: KernelParam, case, scenario: str = "parity") -> list:
         """Skips (the scenario does not apply, missing capability, memory, fp8 MMA on a class

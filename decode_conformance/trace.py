@@ -368,7 +368,8 @@ def run(spec: str, kernel, device: str = "cpu", kernel_spec: Optional[str] = Non
         case = w.case
         if kernel.caps.missing_for(case, device_type(device)):
             continue
-        repro = repro_command(kernel_spec or kernel.name, case, f"trace:{spec}", device)
+        repro = repro_command(kernel_spec or kernel.name, case, f"trace:{spec}", device,
+                              suite="suites/parity/test_parity.py::test_parity")
         res = run_case(kernel, case, device, repro=repro, keep_output=True)
         status = _status(res.status, res.message, res.verdict.to_dict() if res.verdict else None)
         corr = perf = None

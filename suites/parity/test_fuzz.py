@@ -14,8 +14,7 @@ def test_fuzz(dc_kernel, dc_state, dc_run, request):
     if missing:
         pytest.skip(f"{dc_kernel.name} lacks: {missing}")
     from decode_conformance.fuzz import fuzz, options_from_config
-    suite = dc_state.suite_arg(request.node.path, request.config.rootpath)
-    suite += ".test_fuzz" if dc_state.pyargs else "/test_fuzz.py"
+    suite = dc_state.repro_target(request.node, request.config.rootpath)
     outcome = fuzz(dc_kernel.kernel, dc_state.device, dc_state.profile, kernel_spec=dc_kernel.spec, suite=suite,
                    pyargs=dc_state.pyargs, run_one=lambda case, repro: dc_run(dc_kernel, case, "parity", False, repro),
                    **options_from_config(request.config))

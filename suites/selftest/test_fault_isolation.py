@@ -93,7 +93,8 @@ def test_faulty_kernels_fail_only_their_own_cases(tmp_path):
         repro = r["repro"]
         assert repro and "\n" not in repro, f"{r['kernel']} {r['case']}: repro {repro!r}"
         argv = shlex.split(repro)
-        assert argv[:6] == ["python", "-m", "pytest", "-p", "decode_conformance.plugin", "suites/parity"], repro
+        assert argv[:6] == ["python", "-m", "pytest", "-p", "decode_conformance.plugin",
+                            "suites/parity/test_parity.py::test_parity"], repro
         assert f"--kernel={spec_of[r['kernel']]}" in argv and f"--case-id={r['case']}" in argv, repro
         assert f"reproduce: `{repro}`" in run.md, f"{r['kernel']} {r['case']}: repro missing from the Markdown"
 
@@ -185,7 +186,10 @@ def test_every_scenario_names_a_contract_violation_and_how_to_reproduce_it():
     each failure prints the command that re-runs exactly that scenario case."""
     from decode_conformance.scenarios import fixed_cases
     fixed = fixed_cases("interpreter")
-    ids = [fixed[name][0].id for name in ("determinism", "same-plan-twice", "batch-invariance")]
+    test_of = {"determinism": "suites/parity/test_determinism.py::test_bitwise_repeatable",
+               "same-plan-twice": "suites/parity/test_determinism.py::test_same_plan_launched_twice",
+               "batch-invariance": "suites/parity/test_batch_invariance.py::test_request_is_independent_of_its_batch"}
+    ids = {fixed[name][0].id: test for name, test in test_of.items()}
     said = {"faulty_writes_q": "kernel wrote to its inputs: q", "faulty_replaces_out": "kernel replaced batch.out with"}
     run = run_pytest("suites/parity/test_determinism.py", "suites/parity/test_batch_invariance.py", "-q",
                      *[f"--kernel={faulty(a)}" for a in ("writes_q", "replaces_out")],
@@ -196,8 +200,13 @@ def test_every_scenario_names_a_contract_violation_and_how_to_reproduce_it():
             block = re.search(rf"\[{name}\] {re.escape(cid)}: (?P<msg>.*?)\n  seed=.*?\n  reproduce: (?P<repro>[^\n]+)",
                               run.out, re.S)
             assert block and text in block["msg"], f"{name} {cid}\n{run.out[-3000:]}"
-            assert shlex.split(block["repro"])[:6] == ["python", "-m", "pytest", "-p", "decode_conformance.plugin", "suites/parity"], block["repro"]
-            assert f"--case-id={cid}" in shlex.split(block["repro"]), block["repro"]
+            argv = shlex.split(block["repro"])
+            assert argv[:6] == ["python", "-m", "pytest", "-p", "decode_conformance.plugin", ids[cid]], block["repro"]
+            assert f"--case-id={cid}" in argv, block["repro"]
+    # The line runs that one test on that one case and nothing else: no other test of the file
+    # (or folder) turns up as a skip for the case it filtered out.
+    again = run_pytest(*shlex.split(block["repro"])[3:], "-q", timeout=300)
+    assert again.rc == 1 and re.search(r"^=* ?1 failed in [\d.]+s", again.out.splitlines()[-1]), again.out[-3000:]
 
 
 def _poll(path, seconds: float) -> bool:
