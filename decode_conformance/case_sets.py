@@ -15,13 +15,8 @@ than 256 keys) and `gpu` (eight KV heads, "long" means more than 8k keys, up to 
 `classify` maps any case back to its axis values; realize(recipe) must classify back to the
 recipe exactly, so coverage is counted on the cases themselves (regression cases included).
 
-How to add a case axis: add a field to `Case` (cases.py: validation + id token) if the axis
-needs one, teach `factories.build` and `reference.reference` what it means, add the axis and
-its values to AXES (preferred/cheapest value first) with a line in AXIS_DOCS, say how a value
-sets the case in `_value_fields` / `_shape` and how a case shows it in `classify`, and add a
-Constraint for value combinations that cannot exist. `python -m decode_conformance.coverage`
-then shows the new pairs; the parity set grows to cover them. Case ids change: regenerate
-the kill map (`python ci/mutation.py --jobs 2`). docs/cases.md has the table and examples.
+How to add a case axis, or a value to one (a data kind, a layout): docs/cases.md, "How to
+add an axis" and the two sections after it, the one list of every step.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import torch
 
 from decode_conformance import case_sets as cs
 from decode_conformance import factories
-from decode_conformance.cases import KEYS_MATTER, Case
+from decode_conformance.cases import DATA_KINDS, KEYS_MATTER, Case
 from decode_conformance.runner import run_case
 
 from suites.selftest import planted  # noqa: F401  (puts the out-of-tree package on sys.path)
@@ -92,6 +92,26 @@ def test_long_requests_keep_a_kind_where_every_key_matters():
         for c in cs.build_set("parity", profile):
             if not c.label and cs.classify(c, profile).get("lengths") != "zero-one":
                 assert c.data in KEYS_MATTER, c.id
+
+
+def _drawn_as_randn(kind: str) -> bool:
+    """Whether factories.build draws `kind` exactly as it draws randn: a kind listed in
+    cases.DATA_KINDS that factories does not know falls through to N(0, 1) data."""
+    base = _recipe("randn", lengths="zero-one").replace(softcap=30.0)  # huge-scores needs a cap
+    ours, plain = factories.build(base.replace(data=kind)), factories.build(base)
+    bits = lambda t: t.contiguous().view(torch.uint8)  # noqa: E731  (bitwise: the caches' poison is NaN)
+    return all(torch.equal(bits(getattr(ours, n)), bits(getattr(plain, n))) for n in ("q", "k_cache", "v_cache"))
+
+
+@pytest.mark.parametrize("kind", sorted(set(DATA_KINDS) - {"randn"}))
+def test_every_kind_draws_its_own_data(kind):
+    assert not _drawn_as_randn(kind), (
+        f"data kind {kind!r} (cases.DATA_KINDS) is drawn as randn: factories._values has no branch for it")
+
+
+def test_a_kind_factories_does_not_know_is_caught(monkeypatch):
+    monkeypatch.setitem(DATA_KINDS, "planted-unknown-kind", "listed, never drawn")
+    assert _drawn_as_randn("planted-unknown-kind")
 
 
 # ---- each kind earns its place: a correct foreign kernel passes, its bug class fails -----------
