@@ -1,7 +1,7 @@
 """Pairwise coverage of a case set, per kernel and profile.
 
     python -m decode_conformance.coverage                    # parity set, both profiles, every kernel
-    python -m decode_conformance.coverage --check            # ... exit 1 below 100 %
+    python -m decode_conformance.coverage --check            # ... exit 1 below 100 %, or on stale rows
     python -m decode_conformance.coverage --profile gpu --kernel mypkg.mod:MyDecode --missing 20
 
 A pair is two values of two axes of the axis table (case_sets.AXES). It is *valid* for a
@@ -116,6 +116,24 @@ def report(results: list[KernelCoverage], missing: int = 5) -> str:
     return "\n".join(lines)
 
 
+def stale_rows(path=None) -> str:
+    """Why the shipped covering rows (case_sets.PAIRWISE_FILE, or `path`) would not be read, ''
+    when they would. Coverage is computed from the axis table either way (stale rows are
+    generated again in every process), so only this says that they need writing."""
+    import json
+    from . import case_sets as cs
+    from .resources import data_path
+    p = data_path(cs.PAIRWISE_FILE) if path is None else path
+    try:
+        shipped = json.loads(p.read_text()).get("fingerprint")
+    except (OSError, ValueError, AttributeError) as e:
+        return f"{p}: unreadable ({e}); write it: {cs.PAIRWISE_REGENERATE}"
+    if shipped != cs.covering_problem().fingerprint():
+        return (f"{p} was generated from another axis table, constraint set or generator: every pytest "
+                f"process generates the rows again (about a second of a core); write it: {cs.PAIRWISE_REGENERATE}")
+    return ""
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", choices=("interpreter", "gpu", "both"), default="both")
@@ -124,7 +142,8 @@ def main(argv=None) -> int:
     ap.add_argument("--case-set", default="parity", help="case set to measure (default parity)")
     ap.add_argument("--gpu-class", default=None,
                     help="GPU class whose fp8-MMA skips apply (default: cpu for the interpreter profile, sm_90 for gpu)")
-    ap.add_argument("--check", action="store_true", help="exit 1 when a kernel covers less than 100 %% of its pairs")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 when a kernel covers less than 100 %% of its pairs, or the shipped covering rows are stale")
     ap.add_argument("--missing", type=int, default=5, help="uncovered pairs to list per kernel (default 5)")
     args = ap.parse_args(argv)
     from . import _paths
@@ -140,7 +159,10 @@ def main(argv=None) -> int:
     short = [r for r in results if not r.complete]
     if short:
         print(f"\n{len(short)} kernel/profile row(s) below 100 %", file=sys.stderr)
-    return 1 if (args.check and short) else 0
+    stale = stale_rows() if args.check and args.case_set == "parity" else ""
+    if stale:
+        print(f"\n{stale}", file=sys.stderr)
+    return 1 if (args.check and (short or stale)) else 0
 
 
 if __name__ == "__main__":

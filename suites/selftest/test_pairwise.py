@@ -187,3 +187,18 @@ def test_coverage_command_exit_code(capsys):
     from decode_conformance.coverage import main
     assert main(["--profile", "interpreter", "--kernel", "torch_gather", "--check"]) == 0
     assert "100.00%" in capsys.readouterr().out
+
+
+def test_coverage_check_fails_on_stale_shipped_rows(tmp_path, monkeypatch, capsys):
+    import json
+    from decode_conformance import coverage
+    from decode_conformance.resources import data_path
+    assert coverage.stale_rows() == ""  # the shipped rows are fresh (test_shipped_pairwise_rows_are_fresh)
+    shipped = json.loads(data_path(cs.PAIRWISE_FILE).read_text())
+    stale = tmp_path / cs.PAIRWISE_FILE
+    stale.write_text(json.dumps(dict(shipped, fingerprint="from-another-axis-table")))
+    assert cs.PAIRWISE_REGENERATE in coverage.stale_rows(stale)
+    check = coverage.stale_rows
+    monkeypatch.setattr(coverage, "stale_rows", lambda path=None: check(stale))
+    assert coverage.main(["--profile", "interpreter", "--kernel", "torch_gather", "--check"]) == 1
+    assert "100.00%" in (said := capsys.readouterr()).out and cs.PAIRWISE_REGENERATE in said.err
