@@ -357,19 +357,34 @@ def _errors(case: Case, kernel, out, device) -> dict:
     return {"max_absolute_error": abs_err, "max_relative_error": float(rel.max()) if rel.numel() else 0.0}
 
 
+def parity_test() -> tuple[str, bool]:
+    """How a reproduce line printed outside pytest names test_parity, and whether it needs
+    --pyargs: the checkout's file when this package runs from a checkout (relative to the
+    current folder when inside it), else the installed module - an adopter's folder has no
+    suites/."""
+    from ._paths import checkout_root
+    from .state import SUITES_PACKAGE
+    root = checkout_root()
+    if root is None:
+        return f"{SUITES_PACKAGE}.parity.test_parity::test_parity", True
+    path = root / "suites" / "parity" / "test_parity.py"
+    here = pathlib.Path.cwd().resolve()
+    return f"{path.relative_to(here) if path.is_relative_to(here) else path}::test_parity", False
+
+
 def run(spec: str, kernel, device: str = "cpu", kernel_spec: Optional[str] = None) -> list[dict]:
     """Every workload of `spec` through runner.run_case (judge, poisoning, input checks), as
     trace records."""
     from .devices import device_type
     from .runner import failure_text, repro_command, run_case
     env = environment(device)
+    target, pyargs = parity_test()
     out = []
     for w in load(spec):
         case = w.case
         if kernel.caps.missing_for(case, device_type(device)):
             continue
-        repro = repro_command(kernel_spec or kernel.name, case, f"trace:{spec}", device,
-                              suite="suites/parity/test_parity.py::test_parity")
+        repro = repro_command(kernel_spec or kernel.name, case, f"trace:{spec}", device, suite=target, pyargs=pyargs)
         res = run_case(kernel, case, device, repro=repro, keep_output=True)
         status = _status(res.status, res.message, res.verdict.to_dict() if res.verdict else None)
         corr = perf = None
@@ -497,8 +512,10 @@ def main(argv=None) -> int:
         spec = kernel_specs([args.kernel], env="")[0]
         recs = run(args.workloads, load_kernel(spec), args.device, spec)
     p = write_records(args.out, recs)
-    bad = sum(1 for x in recs if x["evaluation"]["status"] != "PASSED")
-    print(f"{len(recs)} trace records -> {p} ({bad} not PASSED)")
+    bad = [x for x in recs if x["evaluation"]["status"] != "PASSED"]
+    for x in bad:
+        print(f"{x['evaluation']['status']}: {x['evaluation']['log']}\n")
+    print(f"{len(recs)} trace records -> {p} ({len(bad)} not PASSED)")
     return 1 if bad else 0
 
 

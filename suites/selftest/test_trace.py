@@ -91,6 +91,26 @@ def test_a_wrong_kernel_gets_incorrect_numerical(tmp_path):
     assert "reproduce: python -m pytest" in bad["evaluation"]["log"]
 
 
+def test_trace_command_prints_reproduce_lines_that_run_from_where_it_ran(tmp_path):
+    """`python -m decode_conformance.trace run` outside the checkout: each not-PASSED record's
+    reproduce line is printed, names test_parity by a path that exists from there, and re-runs
+    exactly its one case. (The installed form's `--pyargs` line: test_installed.py.)"""
+    import shlex
+    import subprocess
+    import sys
+    from suites.selftest._subpytest import ROOT, child_env
+    env = child_env(PYTHONPATH=str(ROOT / "suites" / "selftest" / "oot"))
+    r = subprocess.run([sys.executable, "-m", "decode_conformance.trace", "run", GQA, "--kernel",
+                        "toy_decode:IgnoresCallerScale", "--out", "v.jsonl"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and r.stdout.splitlines()[-1].endswith("(1 not PASSED)"), r.stdout + r.stderr
+    lines = [ln.split("reproduce: ", 1)[1] for ln in r.stdout.splitlines() if "reproduce: " in ln]
+    assert len(lines) == 1 and f" {ROOT}/suites/parity/test_parity.py::test_parity " in lines[0], r.stdout
+    again = subprocess.run([sys.executable] + shlex.split(lines[0])[1:] + ["-p", "no:cacheprovider"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 1 and " 1 failed in " in again.stdout.splitlines()[-1], again.stdout[-2000:]
+
+
 def test_validate_record_catches_schema_breaks():
     rec = {"definition": "d", "workload": {"uuid": "u", "axes": {}, "inputs": {}}, "solution": "k",
            "evaluation": {"status": "PASSED", "environment": {"hardware": "cpu"}, "timestamp": "t", "log": "",
