@@ -15,14 +15,28 @@ import sys
 from typing import Optional
 
 KERNELS_PACKAGE = "decode_conformance_kernels"
-ALIASES = {KERNELS_PACKAGE: "kernels", "decode_conformance.fixtures": "fixtures",
-           "decode_conformance.suites": "suites"}
+SUITES_PACKAGE = "decode_conformance.suites"
+ALIASES = {KERNELS_PACKAGE: "kernels", "decode_conformance.fixtures": "fixtures", SUITES_PACKAGE: "suites"}
 
 
 def checkout_root() -> Optional[pathlib.Path]:
     """The checkout this package was imported from, or None when it is installed elsewhere."""
     here = pathlib.Path(__file__).resolve().parent.parent
     return here if (here / "pyproject.toml").exists() and (here / "kernels").is_dir() else None
+
+
+def suite_test(test: str) -> tuple[str, bool]:
+    """How a reproduce line printed outside pytest (the trace and fuzz commands) names the suite
+    test `test` ("parity/test_fuzz.py::test_fuzz"), and whether the line needs --pyargs: the
+    checkout's file when this package runs from a checkout (relative to the current folder when
+    inside it), else the installed module - an adopter's folder has no suites/."""
+    file, _, function = test.partition("::")
+    root = checkout_root()
+    if root is None:
+        return f"{SUITES_PACKAGE}.{file.removesuffix('.py').replace('/', '.')}::{function}", True
+    path = root / "suites" / file
+    here = pathlib.Path.cwd().resolve()
+    return f"{path.relative_to(here) if path.is_relative_to(here) else path}::{function}", False
 
 
 def alias_checkout(root: Optional[pathlib.Path] = None) -> None:

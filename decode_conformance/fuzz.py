@@ -314,8 +314,9 @@ def main(argv=None) -> int:
         res = run_case(kernel, case, args.device)
         print(failure_text(res, case))
         return 0 if res.ok else 1
+    suite, pyargs = _paths.suite_test("parity/test_fuzz.py::test_fuzz")
     res = fuzz(kernel, args.device, examples=args.examples, seed=args.seed, database=args.database,
-               kernel_spec=spec, shrink_seconds=args.shrink_seconds)
+               kernel_spec=spec, shrink_seconds=args.shrink_seconds, suite=suite, pyargs=pyargs)
     print(res.text())
     return 1 if res.failed else 0
 

@@ -24,10 +24,10 @@ from typing import Optional
 import pytest
 
 from . import devices, hardware
+from ._paths import SUITES_PACKAGE
 
 ISOLATION_MODES = ("none", "process")
 DEFAULT_CASE_TIMEOUT = {"gpu": 600.0, "cpu": 900.0}
-SUITES_PACKAGE = "decode_conformance.suites"
 # Options whose presence on the command line makes a run a conformance run by itself.
 CONFORMANCE_OPTIONS = ("--kernel", "--case-set", "--case-id", "--list-kernels", "--conformance-report",
                        "--require-cases", "--ledger", "--gpu-class", "--isolation", "--case-timeout",

@@ -357,28 +357,14 @@ def _errors(case: Case, kernel, out, device) -> dict:
     return {"max_absolute_error": abs_err, "max_relative_error": float(rel.max()) if rel.numel() else 0.0}
 
 
-def parity_test() -> tuple[str, bool]:
-    """How a reproduce line printed outside pytest names test_parity, and whether it needs
-    --pyargs: the checkout's file when this package runs from a checkout (relative to the
-    current folder when inside it), else the installed module - an adopter's folder has no
-    suites/."""
-    from ._paths import checkout_root
-    from .state import SUITES_PACKAGE
-    root = checkout_root()
-    if root is None:
-        return f"{SUITES_PACKAGE}.parity.test_parity::test_parity", True
-    path = root / "suites" / "parity" / "test_parity.py"
-    here = pathlib.Path.cwd().resolve()
-    return f"{path.relative_to(here) if path.is_relative_to(here) else path}::test_parity", False
-
-
 def run(spec: str, kernel, device: str = "cpu", kernel_spec: Optional[str] = None) -> list[dict]:
     """Every workload of `spec` through runner.run_case (judge, poisoning, input checks), as
     trace records."""
+    from ._paths import suite_test
     from .devices import device_type
     from .runner import failure_text, repro_command, run_case
     env = environment(device)
-    target, pyargs = parity_test()
+    target, pyargs = suite_test("parity/test_parity.py::test_parity")
     out = []
     for w in load(spec):
         case = w.case

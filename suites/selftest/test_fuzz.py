@@ -147,6 +147,26 @@ def test_fuzz_mode_under_pytest_prints_the_record():
     assert "reproduce the search:  python -m pytest -p decode_conformance.plugin suites/parity/test_fuzz.py" in run.out
 
 
+def test_fuzz_command_lines_run_from_another_folder(tmp_path):
+    """`python -m decode_conformance.fuzz` run outside the checkout prints two lines that each
+    work from there: the case (a module command) and the search, whose test is named by a path
+    that exists from that folder. (The installed form's `--pyargs` line: test_installed.py.)"""
+    import shlex
+    import subprocess
+    from suites.selftest._subpytest import child_env
+    env = child_env(PYTHONPATH=str(OOT))
+    r = subprocess.run([sys.executable, "-m", "decode_conformance.fuzz", "--kernel", PLANTED, "--examples",
+                        str(DEMO_EXAMPLES), "--seed", str(DEMO_SEED)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    lines = dict(ln.strip().split(":", 1) for ln in r.stdout.splitlines() if ln.strip().startswith("reproduce "))
+    assert r.returncode == 1 and set(lines) == {"reproduce this case", "reproduce the search"}, r.stdout + r.stderr
+    assert f" {ROOT}/suites/parity/test_fuzz.py::test_fuzz " in lines["reproduce the search"], lines
+    for name, expect in (("reproduce this case", "LSE error"), ("reproduce the search", " 1 failed in ")):
+        again = subprocess.run([sys.executable] + shlex.split(lines[name])[1:], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=600)
+        assert again.returncode == 1 and expect in again.stdout, (name, again.stdout[-2000:] + again.stderr[-2000:])
+
+
 @pytest.mark.parametrize("mode", [("-p", "no:xdist"), ("-n", "2", "--isolation=process")], ids=["no-xdist", "xdist"])
 def test_fuzz_mode_runs_the_whole_suite(tmp_path, mode):
     """`pytest suites/parity --case-set=fuzz` as README documents it, with and without xdist

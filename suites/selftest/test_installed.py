@@ -4,7 +4,7 @@
   every data file; installed into a fresh virtual environment, it runs README's adopter path
   as written: the kernel module README shows, copied into an empty folder, and README's
   commands: green for the correct kernel, red for its planted bug, with reproduce lines in
-  the `--pyargs` form the run used; the one-case command and the trace command likewise.
+  the `--pyargs` form the run used; the one-case command, the trace and the fuzz commands likewise.
 - Loading the plugin (its pytest11 entry point) changes nothing for unrelated tests.
 - A kernel module imported before the plugin could switch on Triton's interpreter is a usage
   error, never a silently compiled run.
@@ -153,7 +153,7 @@ def test_readme_one_case_command(readme_folder):
 
 def test_trace_command_reproduce_lines_use_the_installed_suites(readme_folder):
     """The trace command's reproduce lines name the installed test module (an adopter's folder
-    has no suites/), and each re-runs its one case."""
+    has no suites/), and the first re-runs its one case."""
     py, folder = readme_folder
     r = _run([str(py), "-m", "decode_conformance.trace", "run", "workloads/gqa_paged_decode_h4_kv2_d64_ps16.jsonl",
               "--kernel", "mypkg.conformance:MyDecodeDropsLastKey", "--out", "verdicts.jsonl"], cwd=folder)
@@ -161,6 +161,19 @@ def test_trace_command_reproduce_lines_use_the_installed_suites(readme_folder):
     assert r.returncode == 1 and len(lines) == 3, r.stdout[-3000:] + r.stderr[-3000:]
     assert all(" --pyargs decode_conformance.suites.parity.test_parity::test_parity " in ln for ln in lines), lines
     again = _run([str(py)] + shlex.split(lines[0])[1:] + ["-p", "no:cacheprovider"], cwd=folder)
+    assert again.returncode == 1 and re.search(r"^=* ?1 failed in [\d.]+s", again.stdout.splitlines()[-1]), \
+        again.stdout[-2000:] + again.stderr[-2000:]
+
+
+def test_fuzz_command_search_line_uses_the_installed_suites(readme_folder):
+    py, folder = readme_folder
+    r = _run([str(py), "-m", "decode_conformance.fuzz", "--kernel", "mypkg.conformance:MyDecodeDropsLastKey",
+              "--examples", "20"], cwd=folder)
+    search = [ln.split("reproduce the search:", 1)[1].strip() for ln in r.stdout.splitlines()
+              if "reproduce the search:" in ln]
+    assert r.returncode == 1 and len(search) == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    assert " --pyargs decode_conformance.suites.parity.test_fuzz::test_fuzz " in search[0], search
+    again = _run([str(py)] + shlex.split(search[0])[1:] + ["-p", "no:cacheprovider"], cwd=folder)
     assert again.returncode == 1 and re.search(r"^=* ?1 failed in [\d.]+s", again.stdout.splitlines()[-1]), \
         again.stdout[-2000:] + again.stderr[-2000:]
 
