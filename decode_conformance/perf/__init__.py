@@ -10,4 +10,5 @@ from measured noise. docs/perf-guard.md is the long form; each module holds one 
     bench    the bridge into pytest-benchmark's `benchmark` fixture (device-time clock, extra_info)
     guard    one pytest session's guard: measure, record, compare, A/B
     report   the terminal table and the markdown report
+    reproduce  the command a failing verdict prints, re-running its one (kernel, cell) test
 """

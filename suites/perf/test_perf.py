@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from decode_conformance.perf import bench
+from decode_conformance.perf import bench, reproduce
 from decode_conformance.perf.cells import load_cells
 
 CELLS = load_cells()
@@ -32,14 +32,16 @@ pytestmark = [
 
 
 @pytest.mark.parametrize("cell", [c.name for c in CELLS])
-def test_perf(request, dc_kernel, cell, perf_run, benchmark):
+def test_perf(request, dc_kernel, dc_state, cell, perf_run, benchmark):
     r = perf_run.result(dc_kernel, cell)
-    request.node.user_properties.append(("dc_result", json.dumps({"message": r.message, "verdict": r.to_dict()})))
+    repro = reproduce.command(request.node, dc_kernel.spec, dc_state) if r.fail else ""
+    request.node.user_properties.append(("dc_result", json.dumps({"message": r.message, "verdict": r.to_dict(),
+                                                                   "repro": repro})))
     if r.status == "skipped":
         pytest.skip(r.message)
     if r.values_us:
         bench.feed(benchmark, r.values_us, r.extra, group=dc_kernel.name)
     if r.fail:
-        pytest.fail(r.message, pytrace=False)
+        pytest.fail(f"{r.message}\n  reproduce: {repro}", pytrace=False)
     if r.status == "no-baseline":
         pytest.skip(r.message)

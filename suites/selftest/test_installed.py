@@ -4,7 +4,7 @@
   every data file; installed into a fresh virtual environment, it runs README's adopter path
   as written: the kernel module README shows, copied into an empty folder, and README's
   commands: green for the correct kernel, red for its planted bug, with reproduce lines in
-  the `--pyargs` form the run used; the one-case command, the trace and the fuzz commands likewise.
+  the `--pyargs` form the run used; the one-case command, the trace and fuzz commands and a slower perf cell likewise.
 - Loading the plugin (its pytest11 entry point) changes nothing for unrelated tests.
 - A kernel module imported before the plugin could switch on Triton's interpreter is a usage
   error, never a silently compiled run.
@@ -174,6 +174,24 @@ def test_fuzz_command_search_line_uses_the_installed_suites(readme_folder):
     assert r.returncode == 1 and len(search) == 1, r.stdout[-3000:] + r.stderr[-3000:]
     assert " --pyargs decode_conformance.suites.parity.test_fuzz::test_fuzz " in search[0], search
     again = _run([str(py)] + shlex.split(search[0])[1:] + ["-p", "no:cacheprovider"], cwd=folder)
+    assert again.returncode == 1 and re.search(r"^=* ?1 failed in [\d.]+s", again.stdout.splitlines()[-1]), \
+        again.stdout[-2000:] + again.stderr[-2000:]
+
+
+def test_perf_reproduce_line_uses_the_installed_suites(readme_folder):
+    """A slower A/B cell (the fake timing source of the perf self-tests) prints its line in the
+    --pyargs form, and the line re-runs that one cell."""
+    import json
+    py, folder = readme_folder
+    slow = {"DECODE_CONFORMANCE_PERF_FAKE": json.dumps({"seed": 2, "slowdown": 0.05})}
+    kernel = "decode_conformance_kernels.registry:torch_gather"
+    r = _run([str(py), "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "decode_conformance.suites.perf",
+              f"--kernel={kernel}", f"--perf-reference={kernel}", "--gpu-class=sm_90", "-k", "b1-128k"],
+             cwd=folder, env=slow)
+    lines = [ln.split("reproduce: ", 1)[1] for ln in r.stdout.splitlines() if ln.strip().startswith("reproduce: ")]
+    assert r.returncode == 1 and len(lines) == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "--pyargs 'decode_conformance.suites.perf.test_perf::test_perf[torch_gather-b1-128k-32x8x128]'" in lines[0]
+    again = _run([str(py)] + shlex.split(lines[0])[1:] + ["-p", "no:cacheprovider"], cwd=folder, env=slow)
     assert again.returncode == 1 and re.search(r"^=* ?1 failed in [\d.]+s", again.stdout.splitlines()[-1]), \
         again.stdout[-2000:] + again.stderr[-2000:]
 

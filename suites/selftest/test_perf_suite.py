@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from decode_conformance.perf import sources, store
-from suites.selftest._subpytest import GOOD, ROOT, run_pytest
+from suites.selftest._subpytest import GOOD, ROOT, child_env, run_pytest
 
 SPEC = GOOD
 KERNEL = "torch_gather"
@@ -81,6 +81,30 @@ def test_ab_run_passes_a_a_and_fails_a_planted_slowdown(tmp_path):
     assert f"### {KERNEL}: **" in md and "| ratio |" in md and "**slower**" in md
     rows = json.loads((tmp_path / "rep" / "perf.json").read_text())["rows"]
     assert rows and all(r["ratio"] for r in rows if r["status"] != "skipped")
+
+
+def test_a_slower_cell_prints_a_line_that_re_runs_its_one_verdict(tmp_path):
+    """Each failing perf test prints a reproduce line (also in the report's row) carrying what
+    decided its verdict - here the A/B reference and the records' folder - that re-runs that
+    one (kernel, cell) test: failing while the slowdown is there, passing without it."""
+    import shlex
+    args = (*BASE, "-k", "b1-128k or b4-ragged", f"--perf-baseline-dir={tmp_path}", f"--perf-reference={SPEC}")
+    slow = run_pytest(*args, report=tmp_path / "r", env=_fake(seed=2, slowdown=0.05))
+    assert slow.rc == 1, slow.out[-3000:]
+    rows = {r["param"]: r["repro"] for r in slow.report["results"] if r["test"].endswith("test_perf")}
+    assert set(rows) == {f"[{KERNEL}-b1-128k-32x8x128]", f"[{KERNEL}-b4-ragged-32x8x128]"}, rows
+    for param, line in rows.items():
+        assert f"reproduce: {line}" in slow.out
+        argv = shlex.split(line)
+        assert argv[:5] == ["python", "-m", "pytest", "-p", "decode_conformance.plugin"], line
+        assert f"suites/perf/test_perf.py::test_perf{param}" in argv and f"--kernel={SPEC}" in argv, line
+        assert {f"--perf-reference={SPEC}", f"--perf-baseline-dir={tmp_path}", "--gpu-class=sm_90"} <= set(argv), line
+    line = rows[f"[{KERNEL}-b1-128k-32x8x128]"]
+    for fake, rc, last in ((_fake(seed=3, slowdown=0.05), 1, " 1 failed"), (_fake(seed=3), 0, " 1 passed")):
+        again = subprocess.run([sys.executable] + shlex.split(line)[1:] + ["-p", "no:cacheprovider"], cwd=ROOT,
+                               env=child_env(**fake), capture_output=True, text=True, timeout=300)
+        assert again.returncode == rc and again.stdout.splitlines()[-1].split(" in ")[0].endswith(last), \
+            again.stdout[-2000:] + again.stderr[-2000:]
 
 
 def test_ab_run_takes_a_candidate_tree_under_another_import_name(tmp_path):
@@ -170,6 +194,8 @@ def test_ci_perf_shard_fails_on_a_planted_regression(tmp_path):
     assert slow.rc == 1 and f"SLOWER: {KERNEL} b1-128k-32x8x128" in slow.out, slow.out[-3000:]
     rows = [r for r in slow.report["results"] if r["test"].endswith("test_perf")]
     assert rows and all(r["status"] == "failed" and "SLOWER" in r["message"] for r in rows)
+    assert all(f"test_perf.py::test_perf{r['param']}" in r["repro"] and "--perf-require-baseline" in r["repro"]
+               for r in rows), rows
 
 
 def test_missing_record_fails_the_ci_mode_run(tmp_path):
