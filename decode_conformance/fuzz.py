@@ -162,7 +162,13 @@ def regression_record(case: Case, kernel_name: str, message: str, seed: int, exa
 
 
 def reproduce_lines(kernel_spec: str, case: Case, device: str, seed: int, examples: int, database: Optional[str],
-                    suite: str = "suites/parity/test_fuzz.py", pyargs: bool = False) -> list[str]:
+                    suite: Optional[str] = None, pyargs: bool = False) -> list[str]:
+    """The case's line and the search's. `suite` names test_fuzz as the pytest run that found it
+    did (state.repro_target, with `pyargs`); None: as a command run from here can
+    (_paths.suite_test)."""
+    if suite is None:
+        from ._paths import suite_test
+        suite, pyargs = suite_test("parity/test_fuzz.py::test_fuzz")
     one = ["python", "-m", "decode_conformance.fuzz", "--kernel", kernel_spec, "--case", json.dumps(case.to_dict())]
     from .runner import PYTEST_COMMAND
     search = list(PYTEST_COMMAND) + (["--pyargs"] if pyargs else []) + [suite, f"--kernel={kernel_spec}", "--case-set=fuzz",
@@ -216,7 +222,7 @@ class FuzzFailure(AssertionError):
 def fuzz(kernel, device: str = "cpu", profile: Optional[str] = None, examples: int = DEFAULT_EXAMPLES,
          seed: int = DEFAULT_SEED, database: Optional[str] = None, kernel_spec: Optional[str] = None,
          shrink_seconds: float = DEFAULT_SHRINK_SECONDS, max_len: Optional[int] = None, keep_cases: bool = False,
-         suite: str = "suites/parity/test_fuzz.py", pyargs: bool = False, run_one=None) -> FuzzOutcome:
+         suite: Optional[str] = None, pyargs: bool = False, run_one=None) -> FuzzOutcome:
     """Run `examples` drawn cases on `kernel`; on a failure, shrink and describe it. `run_one(case,
     repro)` runs one drawn case and returns its CaseResult (the pytest door, with isolation);
     default: the parity scenario in this process."""
@@ -314,9 +320,8 @@ def main(argv=None) -> int:
         res = run_case(kernel, case, args.device)
         print(failure_text(res, case))
         return 0 if res.ok else 1
-    suite, pyargs = _paths.suite_test("parity/test_fuzz.py::test_fuzz")
     res = fuzz(kernel, args.device, examples=args.examples, seed=args.seed, database=args.database,
-               kernel_spec=spec, shrink_seconds=args.shrink_seconds, suite=suite, pyargs=pyargs)
+               kernel_spec=spec, shrink_seconds=args.shrink_seconds)
     print(res.text())
     return 1 if res.failed else 0
 
