@@ -27,7 +27,9 @@ def _reference(config):
     try:
         return KernelParam(spec, load_kernel(spec))
     except KernelLoadError as e:
-        raise pytest.UsageError(f"--perf-reference={spec}: {e}") from None
+        # once for the run: a UsageError raised in the session fixture would be re-raised, and
+        # printed, for every test
+        pytest.exit(f"--perf-reference={spec}: {e}", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def _timing(config):

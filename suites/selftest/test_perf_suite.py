@@ -142,6 +142,13 @@ def test_record_with_require_is_a_usage_error():
     assert r.rc == 4 and "--perf-record and --perf-require-baseline together" in r.out, r.out[-3000:]
 
 
+def test_a_reference_that_does_not_load_stops_the_run_once(tmp_path):
+    r = run_pytest(*BASE, f"--perf-baseline-dir={tmp_path}", "--perf-reference=decode_conformance_kernels:nothing",
+                   env=_fake(seed=1))
+    msg = "--perf-reference=decode_conformance_kernels:nothing: kernel spec"
+    assert r.rc == 4 and r.out.count(msg) == 1 and " passed" not in r.out, r.out[-3000:]
+
+
 def test_require_baseline_without_a_gpu_stops_the_run():
     r = run_pytest(*BASE, "--perf-require-baseline", "-k", "b1-4k", env={sources.FAKE_ENV: ""})
     assert r.rc == 4 and "machine without a GPU" in r.out, r.out[-3000:]

@@ -1,0 +1,185 @@
+"""The NVIDIA adopter template's jobs, run: their shell steps executed as a runner would
+(workflow_steps.py) in an adopter's repository made here - README's kernel module in a
+package of its own, a base commit and a head commit, an `origin` to fetch from - with the
+suite installed from its wheel, on CPU.
+
+- conformance: install, then parity on the smoke set (workflow_dispatch's case_set input),
+  green for README's correct kernel and red, with reproduce lines in the step summary, for its
+  planted bug;
+- perf on a pull request: the base commit's package copied in as `mypkg_base` (imports
+  rewritten) and the A/B guard run against it - A/A passes, a planted slowdown fails - then
+  recording baselines and the nightly comparison with them.
+
+On this CPU the step that checks the runner's GPU against its label is left out (it needs
+CUDA), and the perf guard reads the fake timing source of the perf self-tests
+($DECODE_CONFORMANCE_PERF_FAKE): the template's plumbing is what runs here, not a GPU timing.
+The AMD template is not run: its install step is apt-get and a ROCm torch.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+from decode_conformance.perf import sources
+from suites.selftest._subpytest import ROOT
+from suites.selftest.test_installed import CLEAN_ENV, _building_in, _readme_adopter_module
+from suites.selftest.workflow_steps import Workflow
+
+TEMPLATE = Workflow(ROOT / "ci" / "templates" / "decode-conformance-nvidia.yml")
+NO_GPU = {"The runner's GPU is its label's class": "it needs a CUDA GPU; this self-test runs on CPU"}
+KERNEL = "mypkg.conformance:MyDecode"
+
+
+def _git(*args, cwd) -> str:
+    p = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                       env={**CLEAN_ENV, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def adopter(tmp_path_factory):
+    """(the runner's environment, the workspace, base sha, head sha, the suite's wheel)."""
+    tmp = tmp_path_factory.mktemp("template")
+    with _building_in(ROOT):
+        p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                            str(tmp / "dist"), str(ROOT)], cwd=tmp, env=CLEAN_ENV, capture_output=True, text=True,
+                           timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (wheel,) = (tmp / "dist").glob("*.whl")
+    # The runner's Python has torch (a CUDA runner keeps its own; the template's venv uses
+    # --system-site-packages): here a user site whose .pth borrows this environment's packages.
+    userbase = tmp / "userbase"
+    user_site = userbase / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    user_site.mkdir(parents=True)
+    (user_site / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # No network: the kernel package installs with --no-build-isolation, by this environment's
+    # setuptools (the venv's own, from ensurepip, predates building an editable install alone).
+    build = tmp / "build-tools"
+    build.mkdir()
+    purelib = pathlib.Path(sysconfig.get_paths()["purelib"])
+    for src in [purelib / n for n in ("setuptools", "pkg_resources", "_distutils_hack")] + \
+            list(purelib.glob("setuptools-*.dist-info")):
+        (build / src.name).symlink_to(src)
+    env = {**CLEAN_ENV, "PYTHONUSERBASE": str(userbase), "PYTHONPATH": str(build), "PIP_NO_INDEX": "1",
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    origin, work = tmp / "origin.git", tmp / "work"
+    _git("init", "-q", "--bare", str(origin), cwd=tmp)
+    _git("clone", "-q", str(origin), str(work), cwd=tmp)
+    (work / "mypkg").mkdir()
+    (work / "mypkg" / "__init__.py").write_text("")
+    (work / "pyproject.toml").write_text('[project]\nname = "mypkg"\nversion = "0"\n'
+                                         '[tool.setuptools]\npackages = ["mypkg"]\n')
+    module = _readme_adopter_module()
+    (work / "mypkg" / "conformance.py").write_text(module + '\nTREE = "base"\n')
+    _git("add", "-A", cwd=work)
+    _git("commit", "-qm", "base", cwd=work)
+    base = _git("rev-parse", "HEAD", cwd=work)
+    (work / "mypkg" / "conformance.py").write_text(module + '\nTREE = "head"\n')
+    _git("commit", "-qam", "head", cwd=work)
+    head = _git("rev-parse", "HEAD", cwd=work)
+    _git("push", "-q", "origin", "HEAD:main", cwd=work)
+    return env, work, base, head, wheel
+
+
+def _vars(wheel, **more) -> dict:
+    return {"DECODE_CONFORMANCE_SOURCE": str(wheel), "DECODE_CONFORMANCE_KERNELS": KERNEL,
+            "DECODE_CONFORMANCE_KERNEL_INSTALL": "--no-build-isolation -e .", "DECODE_CONFORMANCE_PYTHON": sys.executable,
+            **more}
+
+
+def _run(adopter, tmp_path, job, github, vars, inputs=None, env=None, shell=None):
+    base_env, work, *_ = adopter
+    return TEMPLATE.run_job(job, workspace=work, runner_temp=tmp_path / "runner", github=github, vars=vars,
+                            inputs=inputs, matrix={"gpu_class": "sm_90"}, base_env={**base_env, **(env or {})},
+                            skip=NO_GPU, default_shell=shell)
+
+
+@pytest.mark.parametrize("kernel,green", [(KERNEL, True), ("mypkg.conformance:MyDecodeDropsLastKey", False)])
+def test_conformance_job(adopter, tmp_path, kernel, green):
+    _, work, _, head, wheel = adopter
+    job = _run(adopter, tmp_path, "conformance", {"event_name": "workflow_dispatch", "sha": head},
+               _vars(wheel, DECODE_CONFORMANCE_KERNELS=kernel), inputs={"case_set": "smoke"})
+    parity = job.step("Parity")
+    assert job.step("Install").outcome == "success", job.text()
+    assert parity.outcome == ("success" if green else "failure"), job.text()
+    assert job.env["CASE_SET"] == "smoke"  # the workflow_dispatch input
+    assert job.summary.startswith("# Decode conformance: cpu (cpu), case set `smoke`"), job.summary[:2000]
+    assert (work / "reports" / "sm_90.md").exists() and (work / "reports" / "sm_90-parity.xml").exists()
+    if not green:
+        assert "reproduce: `python -m pytest -p decode_conformance.plugin --pyargs" in job.summary, job.summary[:3000]
+
+
+def test_conformance_job_refuses_the_unpinned_placeholder(adopter, tmp_path):
+    _, _, _, head, wheel = adopter
+    vars = _vars(wheel)
+    del vars["DECODE_CONFORMANCE_SOURCE"]  # the template's own default: YOUR-ORG@FULL-COMMIT-HASH
+    job = _run(adopter, tmp_path, "conformance", {"event_name": "push", "sha": head}, vars)
+    assert job.step("Install").outcome == "failure" and "pinned to a full commit hash" in job.step("Install").output
+    assert job.step("Parity").outcome == "skipped", job.text()
+
+
+def _pull_request(base: str, head: str) -> dict:
+    return {"event_name": "pull_request", "sha": head, "repository": "org/kernels",
+            "event": {"pull_request": {"base": {"sha": base}, "head": {"repo": {"full_name": "org/kernels"}}}}}
+
+
+@pytest.mark.parametrize("shell", [None, "bash"], ids=["default-shell", "shell-bash-pipefail"])
+def test_perf_job_ab_against_the_base_commit(adopter, tmp_path, shell):
+    """A/A passes and a planted slowdown fails, with GitHub's default shell and under the
+    `defaults: run: shell: bash` (pipefail) many repositories set: README's kernel package has
+    no absolute self-import to rewrite, and that must not fail the step."""
+    env, work, base, head, wheel = adopter
+    vars = _vars(wheel, DECODE_CONFORMANCE_PERF_CLASSES='["sm_90"]', DECODE_CONFORMANCE_PACKAGE="mypkg")
+    assert TEMPLATE.job_condition("perf", github=_pull_request(base, head), vars=vars)
+    assert not TEMPLATE.job_condition("perf", github=_pull_request(base, head), vars=_vars(wheel)), \
+        "no perf classes: no perf job"
+    same = _run(adopter, tmp_path / "aa", "perf", _pull_request(base, head), vars,
+                env={sources.FAKE_ENV: json.dumps({"seed": 1})}, shell=shell)
+    ab = same.step("The base commit's kernel")
+    assert ab.outcome == "success" and f"A/B against {base}" in ab.output, same.text()
+    assert same.step("Perf guard").outcome == "success", same.text()
+    assert "mypkg_base.conformance:MyDecode" in same.summary and "**slower**" not in same.summary, same.summary[:3000]
+    # the reference is the base commit's code, imported under its own name beside the head's
+    probe = subprocess.run([str(tmp_path / "aa" / "runner" / "dc-venv" / "bin" / "python"), "-c",
+                            "import mypkg.conformance as h, mypkg_base.conformance as b; print(h.TREE, b.TREE)"],
+                           cwd=tmp_path, env={**env, "PYTHONPATH": same.env["PYTHONPATH"]}, capture_output=True,
+                           text=True, timeout=120)
+    assert probe.stdout.split() == ["head", "base"], probe.stdout + probe.stderr
+    slow = _run(adopter, tmp_path / "slow", "perf", _pull_request(base, head), vars,
+                env={sources.FAKE_ENV: json.dumps({"seed": 2, "slowdown": 0.05})}, shell=shell)
+    guard = slow.step("Perf guard")
+    assert guard.outcome == "failure" and "SLOWER: my_decode" in guard.output, slow.text()
+    assert "**slower**" in slow.summary and "reproduce: python -m pytest" in guard.output
+
+
+def test_perf_job_records_then_compares_nightly(adopter, tmp_path):
+    """Recording (workflow_dispatch, record_baselines) writes the baselines folder the upload
+    step keeps; committed, the nightly run (no base: no A/B) compares with them in CI mode."""
+    _, work, base, head, wheel = adopter
+    vars = _vars(wheel, DECODE_CONFORMANCE_PERF_CLASSES='["sm_90"]', DECODE_CONFORMANCE_PACKAGE="mypkg",
+                 DECODE_CONFORMANCE_BASELINES="conformance/baselines")
+    fake = {sources.FAKE_ENV: json.dumps({"seed": 3})}
+    rec = _run(adopter, tmp_path / "rec", "perf", {"event_name": "workflow_dispatch", "sha": head}, vars,
+               inputs={"record_baselines": True}, env=fake)
+    assert rec.step("The base commit's kernel").outcome == "skipped", rec.text()
+    assert rec.step("Perf guard").outcome == "success", rec.text()
+    recorded = sorted(p.relative_to(work).as_posix() for p in (work / "conformance" / "baselines").rglob("*.json"))
+    # the class the suite detects: `cpu` here; on a runner, its GPU's (the left-out step holds
+    # that to the runner's label)
+    assert recorded == ["conformance/baselines/cpu/my_decode.json"], recorded
+    nightly = _run(adopter, tmp_path / "nightly", "perf", {"event_name": "schedule", "sha": head}, vars,
+                   env={sources.FAKE_ENV: json.dumps({"seed": 4})})
+    guard = nightly.step("Perf guard")
+    assert guard.outcome == "success", nightly.text()
+    assert "## perf guard (compare): fake GPU, class cpu" in nightly.summary, nightly.summary[:2000]
+    assert f"records {work / 'conformance' / 'baselines'}" in nightly.summary, nightly.summary[:2000]
+    slow = _run(adopter, tmp_path / "slow", "perf", {"event_name": "schedule", "sha": head}, vars,
+                env={sources.FAKE_ENV: json.dumps({"seed": 5, "gpu_class": "sm_90", "slowdown": 0.05})})
+    assert slow.step("Perf guard").outcome == "failure" and "SLOWER" in slow.step("Perf guard").output, slow.text()
