@@ -22,6 +22,7 @@ import pathlib
 import subprocess
 import sys
 import sysconfig
+from typing import Optional
 
 import pytest
 
@@ -44,8 +45,8 @@ def _git(*args, cwd) -> str:
 
 
 @pytest.fixture(scope="module")
-def adopter(tmp_path_factory):
-    """(the runner's environment, the workspace, base sha, head sha, the suite's wheel)."""
+def runner_env(tmp_path_factory):
+    """(the runner's environment, the suite's wheel, a folder for adopter repositories)."""
     tmp = tmp_path_factory.mktemp("template")
     with _building_in(ROOT):
         p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
@@ -69,14 +70,23 @@ def adopter(tmp_path_factory):
         (build / src.name).symlink_to(src)
     env = {**CLEAN_ENV, "PYTHONUSERBASE": str(userbase), "PYTHONPATH": str(build), "PIP_NO_INDEX": "1",
            "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    origin, work = tmp / "origin.git", tmp / "work"
-    _git("init", "-q", "--bare", str(origin), cwd=tmp)
-    _git("clone", "-q", str(origin), str(work), cwd=tmp)
+    return env, wheel, tmp
+
+
+def _adopter_repo(where: pathlib.Path, extra: str = "", files: Optional[dict] = None):
+    """An adopter's repository: package `mypkg` holding README's kernel module (+ `extra`, and
+    `files`), a base commit and a head commit (the module's TREE says which), pushed to an
+    `origin`. Returns (workspace, base sha, head sha)."""
+    origin, work = where / "origin.git", where / "work"
+    _git("init", "-q", "--bare", str(origin), cwd=where)
+    _git("clone", "-q", str(origin), str(work), cwd=where)
     (work / "mypkg").mkdir()
     (work / "mypkg" / "__init__.py").write_text("")
+    for name, text in (files or {}).items():
+        (work / "mypkg" / name).write_text(text)
     (work / "pyproject.toml").write_text('[project]\nname = "mypkg"\nversion = "0"\n'
                                          '[tool.setuptools]\npackages = ["mypkg"]\n')
-    module = _readme_adopter_module()
+    module = _readme_adopter_module() + extra
     (work / "mypkg" / "conformance.py").write_text(module + '\nTREE = "base"\n')
     _git("add", "-A", cwd=work)
     _git("commit", "-qm", "base", cwd=work)
@@ -85,6 +95,15 @@ def adopter(tmp_path_factory):
     _git("commit", "-qam", "head", cwd=work)
     head = _git("rev-parse", "HEAD", cwd=work)
     _git("push", "-q", "origin", "HEAD:main", cwd=work)
+    return work, base, head
+
+
+@pytest.fixture(scope="module")
+def adopter(runner_env):
+    """(the runner's environment, the workspace, base sha, head sha, the suite's wheel)."""
+    env, wheel, tmp = runner_env
+    (tmp / "repo").mkdir()
+    work, base, head = _adopter_repo(tmp / "repo")
     return env, work, base, head, wheel
 
 
@@ -183,3 +202,21 @@ def test_perf_job_records_then_compares_nightly(adopter, tmp_path):
     slow = _run(adopter, tmp_path / "slow", "perf", {"event_name": "schedule", "sha": head}, vars,
                 env={sources.FAKE_ENV: json.dumps({"seed": 5, "gpu_class": "sm_90", "slowdown": 0.05})})
     assert slow.step("Perf guard").outcome == "failure" and "SLOWER" in slow.step("Perf guard").output, slow.text()
+
+
+def test_perf_job_refuses_a_base_copy_that_imports_the_head_package(runner_env, tmp_path):
+    """A self-import the rewrite cannot see (`import os, mypkg.timing`) would load the head's
+    code into the reference - an A/B of the head against itself, green whatever changed. The
+    A/B step stops instead, naming the module and the way out."""
+    env, wheel, _ = runner_env
+    (tmp_path / "repo").mkdir()
+    work, base, head = _adopter_repo(tmp_path / "repo", extra="\nimport os, mypkg.timing  # noqa\n",
+                                     files={"timing.py": "WARMUP = 3\n"})
+    vars = _vars(wheel, DECODE_CONFORMANCE_PERF_CLASSES='["sm_90"]', DECODE_CONFORMANCE_PACKAGE="mypkg")
+    job = TEMPLATE.run_job("perf", workspace=work, runner_temp=tmp_path / "runner", github=_pull_request(base, head),
+                           vars=vars, matrix={"gpu_class": "sm_90"},
+                           base_env={**env, sources.FAKE_ENV: json.dumps({"seed": 1})}, skip=NO_GPU)
+    ab = job.step("The base commit's kernel")
+    assert ab.outcome == "failure", job.text()
+    assert "mypkg_base imported the head package (mypkg, mypkg.timing)" in ab.output, ab.output
+    assert "DECODE_CONFORMANCE_REFERENCE_INSTALL" in ab.output and job.step("Perf guard").outcome == "skipped"
