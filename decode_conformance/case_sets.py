@@ -573,7 +573,7 @@ def build_set(name: str, profile: str) -> list[Case]:
 
 if __name__ == "__main__":
     import argparse
-    ap = argparse.ArgumentParser(description="The parity set's shipped data.")
+    ap = argparse.ArgumentParser(prog="python -m decode_conformance.case_sets", description="The parity set's shipped data.")
     ap.add_argument("--write-pairwise", action="store_true",
                     help=f"generate the pairwise covering rows and write them to the shipped {PAIRWISE_FILE}")
     if ap.parse_args().write_pairwise:

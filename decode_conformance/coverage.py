@@ -135,7 +135,8 @@ def stale_rows(path=None) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m decode_conformance.coverage", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", choices=("interpreter", "gpu", "both"), default="both")
     ap.add_argument("--kernel", action="append", default=[], metavar="PKG.MODULE:OBJ",
                     help="kernel spec or entry-point name (repeatable); default: the shipped kernels and torch_sdpa")

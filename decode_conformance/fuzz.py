@@ -1,8 +1,9 @@
 """Fuzz mode: hypothesis draws valid cases across every axis, runs them, and on a failure
 shrinks to a minimal case printed as a ready-to-paste regression record.
 
-    pytest suites/parity/test_fuzz.py --case-set=fuzz --kernel=mypkg.mod:MyDecode \
-        --fuzz-examples=200 --fuzz-seed=7 --fuzz-database=.hypothesis/decode-conformance
+    python -m pytest --pyargs decode_conformance.suites.parity.test_fuzz --case-set=fuzz \
+        --kernel=mypkg.mod:MyDecode --fuzz-examples=200 --fuzz-seed=7 \
+        --fuzz-database=.hypothesis/decode-conformance      # (a checkout: suites/parity/test_fuzz.py)
 
     python -m decode_conformance.fuzz --kernel SPEC --examples 200 --seed 7     # the same, no pytest
     python -m decode_conformance.fuzz --kernel SPEC --case '{"kv_dtype": ...}'   # re-run one case
@@ -149,11 +150,21 @@ def case_call(case: Case) -> str:
     return f"_c({tuple(case.seq_lens)!r}, " + ", ".join(kw) + ")"
 
 
+def _clipped(text: str, width: int) -> str:
+    """`text`, or its clauses that fit in `width` with " ..." after: a record's summary ends at a
+    clause, not mid-word (the whole message stays in the failure output above it)."""
+    if len(text) <= width:
+        return text
+    head = text[:width - 4]
+    cut = max(head.rfind("; "), head.rfind(", "), head.rfind(" ("))
+    return (head[:cut] if cut > width // 3 else head.rsplit(" ", 1)[0]) + " ..."
+
+
 def regression_record(case: Case, kernel_name: str, message: str, seed: int, examples: int) -> str:
     import zlib
     label = f"fuzz{zlib.crc32(case.replace(seed=0).id.encode()) & 0xFFFFFF:06x}"
     found = f"decode-conformance fuzz (kernel {kernel_name}, seed {seed}, {examples} examples)"
-    summary = " ".join(message.split())[:160].replace('"', "'")
+    summary = _clipped(" ".join(message.split()), 160).replace('"', "'")
     return (f"    Regression(\n"
             f"        \"{label}\", \"{found}\",\n"
             f"        \"{summary}\",\n"
@@ -205,7 +216,8 @@ class FuzzOutcome:
             f"[{self.kernel}] fuzz: example {self.first_failure_at} failed; shrunk to {self.case.id} "
             f"({self.examples_run} runs in all, {self.seconds:.1f} s):",
             f"  {self.message}",
-            "  as a regression record (decode_conformance/regressions.py, REGRESSIONS):",
+            "  as a regression record (decode_conformance/regressions.py's REGRESSIONS, in a checkout of this project;"
+            " in your own repository a --fuzz-database folder replays this find first):",
             self.record,
             "  reproduce this case:   " + self.reproduce[0],
             "  reproduce the search:  " + self.reproduce[1],
@@ -297,7 +309,8 @@ def options_from_config(config) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m decode_conformance.fuzz", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernel", required=True, help="kernel spec (pkg.module:obj) or entry-point name")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES)

@@ -53,6 +53,8 @@ def find_scenario_case(case_id: str, case_set: str = "parity", device: Optional[
     from .scenarios import case_by_id, fixed_cases
     dev = _device(device)
     profile = profile_of(dev)
+    if case_id.lstrip().startswith("{"):  # a drawn case has no fixed id: the fuzz output's --case JSON
+        return "parity", _case_from_json(case_id)
     found = case_by_id(case_id, profile)
     if found is not None:
         return found
@@ -65,8 +67,20 @@ def find_scenario_case(case_id: str, case_set: str = "parity", device: Optional[
             return "parity", c
     known = [c.id for c in cases] + [c.id for cs in fixed_cases(profile).values() for c in cs]
     near = difflib.get_close_matches(case_id, known, n=3, cutoff=0.6)
+    drawn = ("; a fuzz find has no fixed id: pass its JSON, the --case argument of the fuzz output's "
+             "'reproduce this case' line" if case_set == "fuzz" else "")
     raise UsageError(f"case id {case_id!r}: not in case set {case_set!r} nor a scenario's case ({profile} profile)"
-                     + (f"; nearest: {', '.join(near)}" if near else ""))
+                     + (f"; nearest: {', '.join(near)}" if near and not drawn else "") + drawn)
+
+
+def _case_from_json(text: str):
+    import json
+
+    from .cases import Case
+    try:
+        return Case.from_dict(json.loads(text))
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"case JSON: {e}") from None
 
 
 def find_case(case_id: str, case_set: str = "parity", device: Optional[str] = None):
@@ -187,7 +201,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m decode_conformance.inspect",
                                  description="build one conformance case from its id, run a kernel on it, "
                                              "print the verdict, save the tensors")
-    ap.add_argument("case_id", help="a case id, as a failure's reproduce line prints it")
+    ap.add_argument("case_id", help="a case id, as a failure's reproduce line prints it, or a case's JSON (a fuzz "
+                                    "find: the --case argument of the fuzz output's 'reproduce this case' line)")
     ap.add_argument("--kernel", default=None,
                     help="pkg.module:obj or a registered name (e.g. lean); without it only the inputs and the "
                          "reference are built")

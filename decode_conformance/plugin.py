@@ -226,7 +226,7 @@ def dc_run(request, dc_state):
     the test's report row, return the CaseResult. `record=False` for cases that are not the
     test's own row (fuzz examples); `repro` replaces the reproduce line."""
     from . import door
-    target = dc_state.repro_target(request.node, request.config.rootpath)
+    target = dc_state.repro_target(request.node, request.config.invocation_params.dir)
 
     def run(kp, case, scenario=None, record=True, repro=""):
         res = door.run(dc_state, request.config, kp, scenario or scenario_of(request.node), case, target, repro)

@@ -200,7 +200,8 @@ def _determinism(kernel, case, device, res):
         launch(again, plan(kernel, again, f"plan {i + 2}: "), f"launch {i + 2}: ")
         what = bitwise_equal(again, first, lse=kernel.caps.lse)
         if what:
-            return [f"repeat {i + 2} (a new plan on the same inputs) differs from the first run: {what}"]
+            return [f"repeat {i + 2} (a new plan on the same inputs) differs from the first run: {what}; the kernel "
+                    "declares deterministic"]
     return []
 
 
@@ -212,7 +213,8 @@ def _same_plan_twice(kernel, case, device, res):
     batch.repoison_outputs()
     launch(batch, fn, "second launch of the same plan: ")
     what = bitwise_equal(batch, first, lse=kernel.caps.lse)
-    return [f"second launch of one plan differs from the first: {what}"] if what else []
+    return [f"second launch of one plan differs from the first: {what}; the kernel declares cuda_graph_safe (one "
+            "plan, launched again, must give the same bits)"] if what else []
 
 
 # ---- batch invariance -------------------------------------------------------------------------------
@@ -253,12 +255,12 @@ def _batch_invariance(kernel, case, device, res):
         launch(batch, plan(kernel, batch, f"{name}: "), f"{name}: ")
         v = verdict_of(kernel, mixed, batch, ref, tier)
         if not v.passed:
-            failures.append(f"{name} {mixed.id}: {v.summary()}")
+            failures.append(f"the request placed {name} in the batch {mixed.id} (its row {idx}): {v.summary()}")
         elif kernel.caps.batch_invariant:
             differs = bitwise_equal(batch, alone, lse=kernel.caps.lse, rows=(idx, 0))
             if differs:
-                failures.append(f"{name}: the request's row is not bitwise the same as alone ({differs}); the kernel "
-                                "declares batch_invariant")
+                failures.append(f"the request placed {name} in the batch {mixed.id} (its row {idx}): not bitwise "
+                                f"the same as alone ({differs}); the kernel declares batch_invariant")
     res.kernel_note = "; ".join(filter(None, [alone.kernel_note] + not_run))
     return failures + (not_run if failures else [])
 

@@ -65,6 +65,7 @@ class RunState:
     runner: object = None  # isolation.IsolatedRunner: started by build_state, or by door.py on the first isolated case
     workers_per_device: int = 1
     device_memory: Optional[tuple[int, int]] = None  # (free, total) bytes of the device at start; None on the CPU
+    perf_reference: Optional[KernelParam] = None  # --perf-reference, the perf guard's A/B reference
 
     @property
     def profile(self) -> str:
@@ -93,9 +94,12 @@ class RunState:
             cases = [c for c in cases if c.id in wanted]
         return cases
 
-    def repro_target(self, node, rootpath: pathlib.Path) -> str:
+    def repro_target(self, node, here: pathlib.Path) -> str:
         """How a reproduce line names the test function `node` runs: `module::function` under
-        --pyargs, else `path::function` relative to the rootdir. The function, not its folder or
+        --pyargs, else `path::function` relative to `here`, the folder pytest was invoked from
+        (config.invocation_params.dir), where the line is pasted - not the rootdir, which a run
+        of `pytest parity` from suites/ or of a checkout's suite from another folder leaves
+        elsewhere; absolute when the file is outside `here`. The function, not its folder or
         file: each other test there would report the filtered-out case as a skip ("got empty
         parameter set")."""
         path = node.path
@@ -104,10 +108,8 @@ class RunState:
             i = max(i for i, p in enumerate(parts) if p == "suites")
             where = ".".join((SUITES_PACKAGE,) + parts[i + 1:])
         else:
-            try:
-                where = str(path.relative_to(rootpath))
-            except ValueError:
-                where = str(path)
+            here, path = pathlib.Path(here).resolve(), path.resolve()
+            where = str(path.relative_to(here) if path.is_relative_to(here) else path)
         return f"{where}::{node.originalname}"
 
     def case_marks(self, kp: KernelParam, case, scenario: str = "parity") -> list:
@@ -381,6 +383,21 @@ def preflight(config) -> None:
         raise pytest.UsageError(f"--case-timeout: expected seconds >= 0 (0 = none), got {float(timeout):g}")
     from .discovery import kernel_specs
     _check_spec_syntax(kernel_specs(config.getoption("--kernel")), kernel_source(config))
+    reference = _perf_reference_spec(config)
+    if reference:
+        _check_spec_syntax([reference], PERF_REFERENCE_SOURCE)
+
+
+# An A/B run's reference is most often the base commit's copy of the package under test,
+# installed under another import name: a usage error about it says so.
+PERF_REFERENCE_SOURCE = ("--perf-reference (the A/B reference: in CI, the base commit's copy of your package "
+                         "installed under another import name, docs/perf-guard.md)")
+
+
+def _perf_reference_spec(config) -> Optional[str]:
+    from .discovery import kernel_specs
+    spec = config.getoption("--perf-reference", None)
+    return kernel_specs([spec])[0] if spec else None
 
 
 def build_state(config, runs_cases: bool = True) -> RunState:
@@ -426,6 +443,10 @@ def build_state(config, runs_cases: bool = True) -> RunState:
         case_ids = list(config.getoption("--case-id") or [])
         _validate_case_selection(case_set, case_ids, profile)
         kernels = _load_kernels(specs, device, kernel_source(config))
+        # loaded here, not by the perf suite's session fixture: a reference that does not load is
+        # then one usage error before collection, as a --kernel is
+        reference = _perf_reference_spec(config)
+        perf_reference = _load_kernels([reference], device, PERF_REFERENCE_SOURCE)[0] if reference else None
         # the cases' memory skips: wherever cases are collected (not xdist's controller)
         memory = _device_memory(device) if runs_cases or config.option.collectonly else None
     except BaseException:
@@ -436,7 +457,7 @@ def build_state(config, runs_cases: bool = True) -> RunState:
                     ledger_paths=ledger_paths, isolation=isolation, case_timeout=timeout,
                     pyargs=bool(config.getoption("pyargs", False)),
                     require_cases=bool(config.getoption("--require-cases")), case_ids=case_ids, runner=runner,
-                    workers_per_device=workers_sharing_device(), device_memory=memory)
+                    workers_per_device=workers_sharing_device(), device_memory=memory, perf_reference=perf_reference)
 
 
 def list_kernels(config) -> int:

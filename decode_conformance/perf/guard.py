@@ -9,10 +9,13 @@ import datetime
 import math
 import pathlib
 import platform
+import shlex
 import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .._paths import SUITES_PACKAGE, checkout_root, suite_test
+from ..runner import PYTEST_COMMAND
 from . import machines, stats, store
 from .cells import PerfCell, cell_numbers, load_cells
 
@@ -61,11 +64,21 @@ def numbers_text(r: CellResult) -> str:
 
 
 def record_command(*, pyargs: bool, spec: str, baseline_dir, gpu_class_option: Optional[str] = None) -> str:
-    suite = "--pyargs decode_conformance.suites.perf" if pyargs else "suites/perf"
-    cmd = f"pytest {suite} --kernel={spec} --perf-record --perf-baseline-dir={baseline_dir}"
+    """The command that records `spec`'s baselines into `baseline_dir`, to paste where the run
+    was started. `baseline_dir` None: the run read the installed package's records, where
+    --perf-record refuses to write; the line names `perf-baselines`, a folder of the adopter's
+    repository (docs/perf-guard.md), which later runs then pass as --perf-baseline-dir."""
+    test, installed = suite_test("perf/test_perf.py::test_perf")
+    target = ["--pyargs", f"{SUITES_PACKAGE}.perf"] if pyargs or installed else [test.partition("::")[0]]
+    if baseline_dir is None:
+        baseline_dir = "perf-baselines"
+    else:
+        here, d = pathlib.Path.cwd().resolve(), pathlib.Path(baseline_dir).resolve()
+        baseline_dir = d.relative_to(here) if d.is_relative_to(here) else d
+    parts = list(PYTEST_COMMAND) + target + [f"--kernel={spec}", "--perf-record", f"--perf-baseline-dir={baseline_dir}"]
     if gpu_class_option:
-        cmd += f" --gpu-class={gpu_class_option}"
-    return cmd
+        parts.append(f"--gpu-class={gpu_class_option}")
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def _extra(mode: str, kernel_name: str, spec: str, gpu_class: str, cell: PerfCell, info: dict, timing_kind: str,
@@ -264,8 +277,9 @@ class GuardRun:
         return store.record_path(self.baseline_dir, self.gpu_class, kp.name)
 
     def _cmd(self, kp) -> str:
-        return record_command(pyargs=self.pyargs, spec=kp.spec, baseline_dir=self.baseline_dir,
-                              gpu_class_option=self.gpu_class_option)
+        installed_records = self.default_dir and checkout_root() is None
+        return record_command(pyargs=self.pyargs, spec=kp.spec, gpu_class_option=self.gpu_class_option,
+                              baseline_dir=None if installed_records else self.baseline_dir)
 
     def _note(self, text: str) -> None:
         if text not in self.notes:
@@ -379,7 +393,6 @@ class GuardRun:
         return out
 
     def _record(self, kp, info) -> dict[str, CellResult]:
-        from .._paths import checkout_root
         path = self._path(kp)
         if self.default_dir and checkout_root() is None:
             raise store.BaselineError(f"--perf-record without --perf-baseline-dir would write {path} inside the "

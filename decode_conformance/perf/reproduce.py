@@ -16,7 +16,7 @@ FLAG_OPTIONS = ("--perf-require-baseline",)
 def command(node, kernel_spec: str, state) -> str:
     """`node` is the failing test_perf item; `state` the run's RunState (state.repro_target)."""
     config = node.config
-    test = state.repro_target(node, config.rootpath) + node.name[len(node.originalname):]  # + "[kernel-cell]"
+    test = state.repro_target(node, config.invocation_params.dir) + node.name[len(node.originalname):]  # + "[kernel-cell]"
     parts = list(PYTEST_COMMAND) + (["--pyargs"] if state.pyargs else []) + [test, f"--kernel={kernel_spec}"]
     parts += [f"{opt}={config.getoption(opt)}" for opt in VALUE_OPTIONS if config.getoption(opt)]
     parts += [opt for opt in FLAG_OPTIONS if config.getoption(opt)]

@@ -14,10 +14,10 @@ def test_fuzz(dc_kernel, dc_state, dc_run, request):
     if missing:
         pytest.skip(f"{dc_kernel.name} lacks: {missing}")
     from decode_conformance.fuzz import fuzz, options_from_config
-    suite = dc_state.repro_target(request.node, request.config.rootpath)
+    suite = dc_state.repro_target(request.node, request.config.invocation_params.dir)
     outcome = fuzz(dc_kernel.kernel, dc_state.device, dc_state.profile, kernel_spec=dc_kernel.spec, suite=suite,
                    pyargs=dc_state.pyargs, run_one=lambda case, repro: dc_run(dc_kernel, case, "parity", False, repro),
                    **options_from_config(request.config))
-    print(outcome.text())
-    if outcome.failed:
+    if outcome.failed:  # the text once: as the failure, not also as captured output
         pytest.fail(outcome.text(), pytrace=False)
+    print(outcome.text())

@@ -17,21 +17,6 @@ def pytest_configure(config):
     perf_options.check(config)
 
 
-def _reference(config):
-    spec = config.getoption("--perf-reference")
-    if not spec:
-        return None
-    from decode_conformance.kernel_api import KernelLoadError, kernel_specs, load_kernel
-    from decode_conformance.state import KernelParam
-    spec = kernel_specs([spec])[0]
-    try:
-        return KernelParam(spec, load_kernel(spec))
-    except KernelLoadError as e:
-        # once for the run: a UsageError raised in the session fixture would be re-raised, and
-        # printed, for every test
-        pytest.exit(f"--perf-reference={spec}: {e}", returncode=pytest.ExitCode.USAGE_ERROR)
-
-
 def _timing(config):
     """The session's timing source (None on a machine without a GPU), made once: the fixture
     and pytest-benchmark's machine_info hook (called before any test) share it."""
@@ -61,7 +46,7 @@ def perf_run(request, dc_state):
                        record=bool(config.getoption("--perf-record")),
                        require=bool(config.getoption("--perf-require-baseline")),
                        pyargs=dc_state.pyargs, gpu_class_option=config.getoption("--gpu-class"),
-                       reference=_reference(config))
+                       reference=dc_state.perf_reference)
         config.stash[_RUN] = run
     if run.timing is None:
         why = "the perf guard needs a GPU: under Triton's interpreter it would time Python, not the kernel"

@@ -47,14 +47,14 @@ def child_env(**extra: str) -> dict:
 
 
 def run_pytest(*args: str, report: Optional[pathlib.Path] = None, env: Optional[dict] = None,
-               timeout: float = 300) -> Run:
+               timeout: float = 300, cwd: pathlib.Path = ROOT) -> Run:
     import time
     e = child_env(**(env or {}))
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--device=cpu", *args]
     if report is not None:
         cmd.append(f"--conformance-report={report}")
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd, cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
     secs = time.perf_counter() - t0
     rep, md = None, ""
     if report is not None and report.with_suffix(".json").exists():

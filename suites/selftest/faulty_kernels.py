@@ -223,3 +223,28 @@ def _replaces_out(batch):
 # Contract violations every scenario must name as such (not as a mismatch they cause later).
 writes_q = _EveryScenario("faulty_writes_q", _writes_q)
 replaces_out = _EveryScenario("faulty_replaces_out", _replaces_out)
+
+
+def _ulp_up(batch):
+    _correct(batch)
+    batch.out.copy_(torch.nextafter(batch.out, torch.full_like(batch.out, float("inf"))))
+
+
+class _DriftsOnRelaunch(_Relaunch):
+    """An ulp off on a plan's second launch (state a plan keeps between launches), claiming
+    graph safety only: the same-plan-twice check applies, determinism does not."""
+    caps = Capabilities(window_convention="counts-current", cuda_graph_safe=True)
+
+
+class _DriftsOnReplan(FaultyKernel):
+    """An ulp off on every plan after this object's first (an atomic-order or split choice that
+    changes run to run), claiming determinism only."""
+    caps = Capabilities(window_convention="counts-current", deterministic=True)
+
+    def plan(self, batch):
+        self.plans = getattr(self, "plans", 0) + 1
+        return lambda: (_ulp_up if self.plans > 1 else _correct)(batch)
+
+
+drifts_on_relaunch = _DriftsOnRelaunch("faulty_drifts_on_relaunch", _ulp_up)
+drifts_on_replan = _DriftsOnReplan("faulty_drifts_on_replan", _correct)

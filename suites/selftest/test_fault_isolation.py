@@ -16,7 +16,7 @@ import shlex
 import pytest
 
 from decode_conformance.state import DEFAULT_CASE_TIMEOUT, resolve_isolation
-from suites.selftest._subpytest import GOOD, PARITY, faulty, run_pytest, small_case_ids
+from suites.selftest._subpytest import GOOD, PARITY, ROOT, faulty, run_pytest, small_case_ids
 
 TIMEOUT_S = 5  # per case; a good case here takes < 0.5 s, even on a busy 2-core machine
 _REPLACED = r"kernel replaced batch\.out with \((?P<got>[\d, ]+)\) (?P<got_dtype>\w+) on (?P<got_dev>\w+) " \
@@ -206,6 +206,43 @@ def test_every_scenario_names_a_contract_violation_and_how_to_reproduce_it():
     # The line runs that one test on that one case and nothing else: no other test of the file
     # (or folder) turns up as a skip for the case it filtered out.
     again = run_pytest(*shlex.split(block["repro"])[3:], "-q", timeout=300)
+    assert again.rc == 1 and re.search(r"^=* ?1 failed in [\d.]+s", again.out.splitlines()[-1]), again.out[-3000:]
+
+
+def test_a_bitwise_check_says_which_declaration_it_holds_the_kernel_to():
+    """A kernel whose result moves by an ulp on a new plan fails determinism, and one whose plan
+    moves by an ulp when launched again fails the same-plan relaunch; each message names the
+    capability the kernel declared, which is why the check ran."""
+    from decode_conformance.scenarios import fixed_cases
+    fixed = fixed_cases("interpreter")
+    ids = [fixed[name][0].id for name in ("determinism", "same-plan-twice")]
+    run = run_pytest("suites/parity/test_determinism.py", "-q", "-p", "no:xdist",
+                     f"--kernel={faulty('drifts_on_replan')}", f"--kernel={faulty('drifts_on_relaunch')}",
+                     *[f"--case-id={c}" for c in ids], timeout=300)
+    assert run.rc == 1 and re.search(r"\b2 failed\b", run.out), run.out[-3000:]
+    assert re.search(r"\[faulty_drifts_on_replan\] .*differs from the first run: .*; the kernel declares "
+                     r"deterministic", run.out), run.out[-3000:]
+    assert re.search(r"\[faulty_drifts_on_relaunch\] .*second launch of one plan differs from the first: .*; "
+                     r"the kernel declares cuda_graph_safe", run.out), run.out[-3000:]
+
+
+@pytest.mark.parametrize("where", ["suites", "elsewhere"])
+def test_a_reproduce_line_runs_in_the_folder_the_run_was_started_from(where, tmp_path):
+    """The line names the test relative to the folder pytest was started in (where it is
+    pasted), not to the rootdir: `pytest parity` from suites/, and a checkout's suite given by
+    its absolute path from another folder, each print a line that re-runs the one failure
+    there. Under -n 2: each worker builds the line."""
+    folder = ROOT / "suites" if where == "suites" else tmp_path
+    target = "parity/test_parity.py" if where == "suites" else str(ROOT / PARITY)
+    env = {"PYTHONPATH": str(ROOT)}
+    case = small_case_ids(1)[0]
+    run = run_pytest(target, "-q", "-n", "2", f"--kernel={faulty('nan')}", f"--case-id={case}",
+                     env=env, cwd=folder, timeout=300)
+    lines = sorted({ln.split("reproduce: ", 1)[1] for ln in run.out.splitlines()
+                    if ln.strip().startswith("reproduce: ")})
+    assert run.rc == 1 and len(lines) == 1, run.out[-3000:]
+    assert shlex.split(lines[0])[5] == f"{target}::test_parity", lines[0]
+    again = run_pytest(*shlex.split(lines[0])[3:], "-q", env=env, cwd=folder, timeout=300)
     assert again.rc == 1 and re.search(r"^=* ?1 failed in [\d.]+s", again.out.splitlines()[-1]), again.out[-3000:]
 
 

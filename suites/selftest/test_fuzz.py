@@ -137,14 +137,25 @@ def test_fuzz_test_skips_outside_fuzz_mode():
     assert run.rc == 0 and "fuzz mode only" in run.out, run.out[-2000:]
 
 
-def test_fuzz_mode_under_pytest_prints_the_record():
-    run = run_pytest("suites/parity/test_fuzz.py", "-q", f"--kernel={PLANTED}", "--case-set=fuzz",
+def test_fuzz_mode_under_pytest_prints_the_record_once():
+    # -rN: the short summary would repeat the message where CI is set in the environment
+    run = run_pytest("suites/parity/test_fuzz.py", "-q", "-rN", f"--kernel={PLANTED}", "--case-set=fuzz",
                      env={"PYTHONPATH": os.pathsep.join([str(OOT), str(ROOT)]),
                           "DECODE_CONFORMANCE_FUZZ_EXAMPLES": str(DEMO_EXAMPLES),
                           "DECODE_CONFORMANCE_FUZZ_SEED": str(DEMO_SEED)}, timeout=600)
     assert run.rc == 1, run.out[-3000:]
     assert "as a regression record" in run.out and "Regression(" in run.out and "scale=" in run.out
     assert "reproduce the search:  python -m pytest -p decode_conformance.plugin suites/parity/test_fuzz.py" in run.out
+    assert run.out.count("reproduce the search:") == 1, run.out[-3000:]
+
+
+def test_a_record_summary_ends_at_a_clause():
+    message = ("FAIL: 12 of 96 rows over budget; worst row (request 0, head 3) error 0.31 = 9.7x its budget "
+               "(3x the tier's own error of that row + its fp32 ulp); cosine 0.998; 2 non-finite LSE rows")
+    summary = fz._clipped(message, 160)
+    assert len(summary) <= 160 and summary.endswith(" ...") and message.startswith(summary[:-4]), summary
+    assert message[len(summary) - 4:].startswith(("; ", ", ", " (")), summary  # the next clause left out
+    assert fz._clipped("short", 160) == "short"
 
 
 def test_fuzz_command_lines_run_from_another_folder(tmp_path):

@@ -51,6 +51,23 @@ def test_cli_exit_codes():
     assert r.returncode == dci.USAGE_ERROR and f"nearest: {CASE}" in r.stderr, r.stdout + r.stderr
 
 
+def test_a_drawn_case_opens_from_its_json(tmp_path):
+    """A fuzz find has no id to look up: its JSON (the fuzz output's --case argument) opens it,
+    red for a planted bug with its tensors saved, green for a correct kernel; a fuzz-set id
+    says so."""
+    import json
+    from decode_conformance.cases import Case
+    drawn = json.dumps(Case("bf16", 2, 1, 64, (5, 0), scale=1 / 12, seed=4).to_dict())
+    r = _cli(drawn, "--kernel=toy_decode:DropsLastKey", "--device=cpu", f"--save={tmp_path / 'f.pt'}")
+    assert r.returncode == 1 and "FAIL" in r.stdout and (tmp_path / "f.pt").exists(), r.stdout + r.stderr
+    r = _cli(drawn, "--kernel=toy_decode:ToyDecode", "--device=cpu")
+    assert r.returncode == 0 and "PASS" in r.stdout, r.stdout + r.stderr
+    r = _cli('{"kv_dtype": "bf16", "heads": 2}', "--kernel=toy_decode:ToyDecode", "--device=cpu")
+    assert r.returncode == dci.USAGE_ERROR and "case JSON: Case fields: unknown ['heads']" in r.stderr, r.stderr
+    r = _cli("bf16-paged16-h1g1-d64-B1[2]-s1", "--case-set=fuzz", "--kernel=toy_decode:ToyDecode", "--device=cpu")
+    assert r.returncode == dci.USAGE_ERROR and "a fuzz find has no fixed id: pass its JSON" in r.stderr, r.stderr
+
+
 def test_a_scenario_case_id_runs_its_scenario():
     """The ids a determinism / batch-invariance failure prints open too, running that scenario:
     red for a kernel whose output depends on the rest of the batch, green for a correct one."""

@@ -198,6 +198,26 @@ def test_perf_reproduce_line_uses_the_installed_suites(readme_folder):
         again.stdout[-2000:] + again.stderr[-2000:]
 
 
+def test_perf_record_hint_runs_in_the_adopter_folder(readme_folder):
+    """With no record of the adopter's kernel, the A/B run's "record one with:" line, pasted in
+    the adopter's folder, records it into a folder of that repository (the installed package's
+    records folder is refused for writing), and a run naming that folder then reads it."""
+    import json
+    py, folder = readme_folder
+    fake = {"DECODE_CONFORMANCE_PERF_FAKE": json.dumps({"seed": 1})}
+    spec = "mypkg.conformance:MyDecode"
+    ab = [str(py), "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "decode_conformance.suites.perf",
+          f"--kernel={spec}", f"--perf-reference={spec}", "-k", "b1-4k"]
+    r = _run(ab, cwd=folder, env=fake)
+    said = re.search(r"record one with: (python -m pytest [^\n]+?)(?: \| |\n|$)", r.stdout)
+    assert r.returncode == 0 and said, r.stdout[-3000:] + r.stderr[-3000:]
+    rec = _run([str(py)] + shlex.split(said[1])[1:] + ["-p", "no:cacheprovider"], cwd=folder, env=fake)
+    records = list((folder / "perf-baselines").glob("*/my_decode.json"))
+    assert rec.returncode == 0 and len(records) == 1, said[1] + "\n" + rec.stdout[-3000:] + rec.stderr[-3000:]
+    again = _run(ab + ["--perf-baseline-dir=perf-baselines", "-rA"], cwd=folder, env=fake)
+    assert again.returncode == 0 and "no record" not in again.stdout, again.stdout[-3000:]
+
+
 def test_plugin_leaves_unrelated_tests_alone(tmp_path):
     """Installed (its entry point loads it into every pytest run), the plugin must not set
     TRITON_INTERPRET, patch Triton or import any kernel in a run that is not a conformance run."""

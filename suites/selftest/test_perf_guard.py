@@ -293,8 +293,8 @@ def test_missing_record_is_reported_with_the_record_command(tmp_path, kp, cells)
     for r in _run(tmp_path, Fake(seed=1), cells).outcome(kp).values():
         assert r.status == "no-baseline" and not r.fail
         assert f"no record for sm_90/{kp.name}" in r.message
-        assert f"record one with: pytest suites/perf --kernel={SPEC} --perf-record --perf-baseline-dir={tmp_path}" \
-            in r.message
+        assert (f"record one with: python -m pytest -p decode_conformance.plugin suites/perf/test_perf.py "
+                f"--kernel={SPEC} --perf-record --perf-baseline-dir={tmp_path}") in r.message, r.message
         assert r.now_us and r.tbs and "MB moved" in r.message  # measured anyway
 
 

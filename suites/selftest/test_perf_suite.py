@@ -142,11 +142,18 @@ def test_record_with_require_is_a_usage_error():
     assert r.rc == 4 and "--perf-record and --perf-require-baseline together" in r.out, r.out[-3000:]
 
 
-def test_a_reference_that_does_not_load_stops_the_run_once(tmp_path):
-    r = run_pytest(*BASE, f"--perf-baseline-dir={tmp_path}", "--perf-reference=decode_conformance_kernels:nothing",
-                   env=_fake(seed=1))
-    msg = "--perf-reference=decode_conformance_kernels:nothing: kernel spec"
-    assert r.rc == 4 and r.out.count(msg) == 1 and " passed" not in r.out, r.out[-3000:]
+@pytest.mark.parametrize("spec, said", [
+    ("mypkg_base.conformance:MyDecode", "cannot import mypkg_base.conformance: no module named 'mypkg_base'"),
+    ("decode_conformance_kernels:nothing", "kernel spec 'decode_conformance_kernels:nothing'"),
+])
+def test_a_reference_that_does_not_load_is_one_usage_error_before_collection(tmp_path, spec, said):
+    """As a --kernel that does not load: pytest's usage error, once, before any test is collected,
+    naming the option and what the reference is in CI (the base commit's copy)."""
+    r = run_pytest(*BASE, f"--perf-baseline-dir={tmp_path}", f"--perf-reference={spec}", env=_fake(seed=1))
+    lines = [ln for ln in r.out.splitlines() if ln.startswith("ERROR: --perf-reference (the A/B reference: in CI, "
+                                                              "the base commit's copy")]
+    assert r.rc == 4 and len(lines) == 1 and r.out.count(said) == 1, r.out[-3000:]
+    assert "collected" not in r.out and "Exit" not in r.out, r.out[-3000:]
 
 
 def test_require_baseline_without_a_gpu_stops_the_run():
@@ -205,8 +212,15 @@ def test_ci_perf_shard_fails_on_a_planted_regression(tmp_path):
                for r in rows), rows
 
 
-def test_missing_record_fails_the_ci_mode_run(tmp_path):
+def test_missing_record_fails_the_ci_mode_run_and_names_a_command_that_records_it(tmp_path):
+    import re
+    import shlex
     r = run_pytest(*BASE, f"--perf-baseline-dir={tmp_path}", "--perf-require-baseline", "-k", "b1-128k",
                    env=_fake(seed=1))
-    assert r.rc == 1 and f"no record for sm_90/{KERNEL}" in r.out and "record one with: pytest suites/perf" in r.out, \
-        r.out[-3000:]
+    said = re.search(r"record one with: (python -m pytest [^\n]+?)(?: \| |\n)", r.out)
+    assert r.rc == 1 and f"no record for sm_90/{KERNEL}" in r.out and said, r.out[-3000:]
+    rec = run_pytest(*shlex.split(said[1])[3:], env=_fake(seed=1))  # pasted where the run was started
+    assert rec.rc == 0 and (tmp_path / "sm_90" / f"{KERNEL}.json").exists(), said[1] + "\n" + rec.out[-3000:]
+    again = run_pytest(*BASE, f"--perf-baseline-dir={tmp_path}", "--perf-require-baseline", "-k", "b1-128k",
+                       env=_fake(seed=1))
+    assert again.rc == 0, again.out[-3000:]
