@@ -304,7 +304,7 @@ class GuardRun:
             # A/B gates on the ratio alone; the record is a trend beside it, so an unusable one
             # (another GPU model of the class, a damaged file) is reported and left out.
             self._note(f"record left out of the A/B run: {e}")
-            base = None
+            base = False  # left out (said above), as against None: there is none
         cells = [c for c in self.cells if self.selected is None or c.name in self.selected.get(kp.name, ())]
         if self.reference is not None:
             return self._ab(kp, cells, base, info)
@@ -368,10 +368,12 @@ class GuardRun:
                 sb.close()
         finally:
             sa.close()
-        if base is None:
-            self._note(f"A/B: no record of {self.gpu_class}/{kp.name} in {self.baseline_dir}: thresholds come from this "
-                       "run's round-to-round spread only (the session-to-session spread a record measures is not "
-                       f"known); record one with: {self._cmd(kp)}")
+        if not base:
+            what = (f"the record of {self.gpu_class}/{kp.name} left out" if base is False else
+                    f"no record of {self.gpu_class}/{kp.name} in {self.baseline_dir}")
+            self._note(f"A/B: {what}: thresholds come from this run's round-to-round spread only (the "
+                       "session-to-session spread a record measures is not known)"
+                       + ("" if base is False else f"; record one with: {self._cmd(kp)}"))
         out = {}
         for c in cells:
             if c.name in skipped:

@@ -130,6 +130,9 @@ def test_ab_run_holds_beside_a_record_of_another_gpu_model(tmp_path):
     same = run_pytest(*args, env=_fake(seed=1))
     assert same.rc == 0 and "record left out of the A/B run" in same.out and "foreign file" in same.out, \
         same.out[-3000:]
+    # the note on thresholds says the record was left out, not that there is none
+    assert f"A/B: the record of sm_90/{KERNEL} left out: thresholds come from" in same.out, same.out[-3000:]
+    assert "A/B: no record of" not in same.out, same.out[-3000:]
     slow = run_pytest(*args, env=_fake(seed=2, slowdown=0.05))
     assert slow.rc == 1 and f"SLOWER: {KERNEL} b1-128k-32x8x128" in slow.out, slow.out[-3000:]
     # without a reference the same foreign record is an error on every cell (compare mode)
