@@ -84,20 +84,23 @@ class Verdict:
     worst_row_err: float = float("nan")  # its L2 error
     rows_over: int = 0
     lse_err: float = float("nan")
+    lse_ratio: float = float("nan")  # the worst row's LSE error over its budget (> 1 fails): lse_err's scale
     nonfinite: int = 0
 
     def summary(self) -> str:
         head = "PASS" if self.passed else "FAIL: " + "; ".join(self.failures)
         return (f"{head} | worst row {self.worst_row} at {self.worst_row_ratio:.3g}x its budget "
-                f"(L2 err {self.worst_row_err:.3g}), cosine={self.cosine:.6f} lse_err={self.lse_err:.3g} "
-                f"nonfinite={self.nonfinite}")
+                f"(L2 err {self.worst_row_err:.3g}), cosine={self.cosine:.6f} lse_err={self.lse_err:.3g}"
+                + (f" ({self.lse_ratio:.3g}x its budget)" if math.isfinite(self.lse_ratio) else "")
+                + f" nonfinite={self.nonfinite}")
 
     def to_dict(self) -> dict:
         return {
             "passed": self.passed, "failures": list(self.failures), "cosine": _num(self.cosine),
             "worst_row": list(self.worst_row) if self.worst_row else None,
             "worst_row_ratio": _num(self.worst_row_ratio), "worst_row_err": _num(self.worst_row_err),
-            "rows_over": self.rows_over, "lse_err": _num(self.lse_err), "nonfinite": self.nonfinite,
+            "rows_over": self.rows_over, "lse_err": _num(self.lse_err), "lse_ratio": _num(self.lse_ratio),
+            "nonfinite": self.nonfinite,
         }
 
 
@@ -238,6 +241,7 @@ def _judge_lse(case, v: Verdict, lse, ref_lse, visible, vis, tier_lse, slack, si
             e = (lz_v - rl_v).abs()
             v.lse_err = float(e.max())
             ratio = e / allow[vis].clamp_min(1e-300)
+            v.lse_ratio = float(ratio.max())
             over = ratio > 1.0
             if bool(over.any()):
                 worst = int(ratio.argmax())
