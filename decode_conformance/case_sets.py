@@ -408,23 +408,33 @@ PAIRWISE_FILE = "pairwise_rows.json"  # in the shipped data: the covering rows, 
 PAIRWISE_REGENERATE = "python -m decode_conformance.case_sets --write-pairwise"
 
 
-def covering_rows(problem: CoveringProblem, path=None) -> list[dict]:
-    """`problem.generate()`, read from the shipped rows (PAIRWISE_FILE, or `path`) when they
-    were generated from a problem with the same fingerprint, else generated here. Generating
-    takes 0.9-1.6 s of one core (a 2-core CPU), and every pytest process of a run needs the parity set: the
-    controller and each xdist worker, during a GPU run's start-up when 24 processes import torch
-    at once (docs/compile-ahead.md). Stale rows are never used; the selftest
-    `test_shipped_pairwise_rows_are_fresh` fails until they are regenerated."""
+def shipped_rows(problem: CoveringProblem, path=None) -> tuple[Optional[list[dict]], str]:
+    """(the shipped covering rows, '') when PAIRWISE_FILE (or `path`) was generated from a
+    problem with `problem`'s fingerprint, else (None, why not, with the command that writes
+    them): covering_rows reads them, and `coverage --check` says why they would not be read."""
     import json
     from .resources import data_path
     p = data_path(PAIRWISE_FILE) if path is None else path
     try:
         shipped = json.loads(p.read_text())
-    except (OSError, ValueError):
-        shipped = None
-    if isinstance(shipped, dict) and shipped.get("fingerprint") == problem.fingerprint():
-        return [dict(row) for row in shipped["rows"]]
-    return problem.generate()
+        fingerprint = shipped.get("fingerprint")
+    except (OSError, ValueError, AttributeError) as e:
+        return None, f"{p}: unreadable ({e}); write it: {PAIRWISE_REGENERATE}"
+    if fingerprint != problem.fingerprint():
+        return None, (f"{p} was generated from another axis table, constraint set or generator: every pytest "
+                      f"process generates the rows again (about a second of a core); write it: {PAIRWISE_REGENERATE}")
+    return [dict(row) for row in shipped["rows"]], ""
+
+
+def covering_rows(problem: CoveringProblem, path=None) -> list[dict]:
+    """`problem.generate()`, read from the shipped rows (shipped_rows) when they were generated
+    from a problem with the same fingerprint, else generated here. Generating takes 0.9-1.6 s
+    of one core (a 2-core CPU), and every pytest process of a run needs the parity set: the
+    controller and each xdist worker, during a GPU run's start-up when 24 processes import torch
+    at once (docs/compile-ahead.md). Stale rows are never used; the selftest
+    `test_shipped_pairwise_rows_are_fresh` fails until they are regenerated."""
+    rows, _ = shipped_rows(problem, path)
+    return rows if rows is not None else problem.generate()
 
 
 def write_pairwise_rows(path=None) -> str:

@@ -120,18 +120,8 @@ def stale_rows(path=None) -> str:
     """Why the shipped covering rows (case_sets.PAIRWISE_FILE, or `path`) would not be read, ''
     when they would. Coverage is computed from the axis table either way (stale rows are
     generated again in every process), so only this says that they need writing."""
-    import json
     from . import case_sets as cs
-    from .resources import data_path
-    p = data_path(cs.PAIRWISE_FILE) if path is None else path
-    try:
-        shipped = json.loads(p.read_text()).get("fingerprint")
-    except (OSError, ValueError, AttributeError) as e:
-        return f"{p}: unreadable ({e}); write it: {cs.PAIRWISE_REGENERATE}"
-    if shipped != cs.covering_problem().fingerprint():
-        return (f"{p} was generated from another axis table, constraint set or generator: every pytest "
-                f"process generates the rows again (about a second of a core); write it: {cs.PAIRWISE_REGENERATE}")
-    return ""
+    return cs.shipped_rows(cs.covering_problem(), path)[1]
 
 
 def main(argv=None) -> int:

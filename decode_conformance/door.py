@@ -1,5 +1,5 @@
 """The one way a conformance test hands a kernel a case: `run(state, config, kernel, scenario,
-case, target)`, for every scenario (scenarios.py) and every source of cases (case sets, fuzz
+case, test)`, for every scenario (scenarios.py) and every source of cases (case sets, fuzz
 examples, trace workloads).
 
 It applies the run's policy, the same for all of them: the reproduce line; a slot on a GPU
@@ -26,11 +26,11 @@ def isolated_runner(state):
     return state.runner
 
 
-def run(state, config, kp, scenario: str, case: Case, target: str, repro: str = "") -> CaseResult:
+def run(state, config, kp, scenario: str, case: Case, test: str, repro: str = "") -> CaseResult:
     """Scenario `scenario` of kernel `kp` (a state.KernelParam) on `case` under the run's policy.
-    `target` names the test in the reproduce line (state.repro_target); `repro` replaces the line
+    `test` names the test in the reproduce line (state.repro_target); `repro` replaces the line
     where a case source has its own (a fuzz example)."""
-    repro = repro or repro_command(kp.spec, case, state.case_set, state.device, suite=target, pyargs=state.pyargs)
+    repro = repro or repro_command(kp.spec, case, state.case_set, state.device, test=test, pyargs=state.pyargs)
     with case_on_shared_gpu(case, state.device, state.workers_per_device):
         if state.isolation == "process":
             res = isolated_runner(state).run(kp.spec, case, scenario, name=kp.name)

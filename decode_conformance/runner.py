@@ -68,16 +68,16 @@ class CaseBuildError(Exception):
 PYTEST_COMMAND = ("python", "-m", "pytest", "-p", "decode_conformance.plugin")
 
 
-def repro_command(kernel_spec: str, case: Case, case_set: str, device: str, suite: str = "suites/parity",
+def repro_command(kernel_spec: str, case: Case, case_set: str, device: str, test: str,
                   pyargs: bool = False) -> str:
     """The one-line command that re-runs exactly this case, in the form the run was invoked with:
-    `suite` names the test (state.repro_target) as a checkout path
+    `test` names the test function (state.repro_target, _paths.suite_test) as a checkout path
     (`suites/parity/test_parity.py::test_parity`) or, with `pyargs`, as the installed module
     (`decode_conformance.suites.parity.test_parity::test_parity`).
     `python -m pytest`, not `pytest`: it puts the current folder on sys.path (an adopter's
     uninstalled kernel package imports) and runs in the environment whose `python` is first on
     PATH rather than whichever `pytest` script is."""
-    parts = list(PYTEST_COMMAND) + (["--pyargs"] if pyargs else []) + [suite, f"--kernel={kernel_spec}",
+    parts = list(PYTEST_COMMAND) + (["--pyargs"] if pyargs else []) + [test, f"--kernel={kernel_spec}",
                                                                       f"--case-set={case_set}", f"--case-id={case.id}"]
     if device != "cpu":
         parts.append(f"--device={device}")

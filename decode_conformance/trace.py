@@ -370,7 +370,7 @@ def run(spec: str, kernel, device: str = "cpu", kernel_spec: Optional[str] = Non
         case = w.case
         if kernel.caps.missing_for(case, device_type(device)):
             continue
-        repro = repro_command(kernel_spec or kernel.name, case, f"trace:{spec}", device, suite=target, pyargs=pyargs)
+        repro = repro_command(kernel_spec or kernel.name, case, f"trace:{spec}", device, test=target, pyargs=pyargs)
         res = run_case(kernel, case, device, repro=repro, keep_output=True)
         status = _status(res.status, res.message, res.verdict.to_dict() if res.verdict else None)
         corr = perf = None
