@@ -255,7 +255,8 @@ def _batch_invariance(kernel, case, device, res):
         launch(batch, plan(kernel, batch, f"{name}: "), f"{name}: ")
         v = verdict_of(kernel, mixed, batch, ref, tier)
         if not v.passed:
-            failures.append(f"the request placed {name} in the batch {mixed.id} (its row {idx}): {v.summary()}")
+            failures.append(f"the batch {mixed.id} with the request placed {name} (row {idx}), judged whole - "
+                            f"its worst row may be another request's: {v.summary()}")
         elif kernel.caps.batch_invariant:
             differs = bitwise_equal(batch, alone, lse=kernel.caps.lse, rows=(idx, 0))
             if differs:
