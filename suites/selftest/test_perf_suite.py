@@ -83,28 +83,39 @@ def test_ab_run_passes_a_a_and_fails_a_planted_slowdown(tmp_path):
     assert rows and all(r["ratio"] for r in rows if r["status"] != "skipped")
 
 
+def _paste(line: str, cwd, env: dict) -> subprocess.CompletedProcess:
+    """`line` run by a shell, as pasted, with this environment's python first on PATH."""
+    path = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", os.environ.get("PATH", ""))])
+    return subprocess.run(["bash", "-c", line + " -p no:cacheprovider"], cwd=cwd, env={**env, "PATH": path},
+                          capture_output=True, text=True, timeout=300)
+
+
 def test_a_slower_cell_prints_a_line_that_re_runs_its_one_verdict(tmp_path):
     """Each failing perf test prints a reproduce line (also in the report's row) carrying what
-    decided its verdict - here the A/B reference and the records' folder - that re-runs that
-    one (kernel, cell) test: failing while the slowdown is there, passing without it."""
+    decided its verdict - the A/B reference, the records' folder and, on a CPU, the modelled
+    timing - that, pasted, re-runs that one (kernel, cell) test: failing with that slowdown,
+    passing with the same line's timing model without it."""
     import shlex
     args = (*BASE, "-k", "b1-128k or b4-ragged", f"--perf-baseline-dir={tmp_path}", f"--perf-reference={SPEC}")
-    slow = run_pytest(*args, report=tmp_path / "r", env=_fake(seed=2, slowdown=0.05))
+    fake = _fake(seed=2, slowdown=0.05)
+    slow = run_pytest(*args, report=tmp_path / "r", env=fake)
     assert slow.rc == 1, slow.out[-3000:]
     rows = {r["param"]: r["repro"] for r in slow.report["results"] if r["test"].endswith("test_perf")}
     assert set(rows) == {f"[{KERNEL}-b1-128k-32x8x128]", f"[{KERNEL}-b4-ragged-32x8x128]"}, rows
     for param, line in rows.items():
         assert f"reproduce: {line}" in slow.out
-        argv = shlex.split(line)
+        env_part, *argv = shlex.split(line)
+        assert env_part == f"{sources.FAKE_ENV}={fake[sources.FAKE_ENV]}", line
         assert argv[:5] == ["python", "-m", "pytest", "-p", "decode_conformance.plugin"], line
         assert f"suites/perf/test_perf.py::test_perf{param}" in argv and f"--kernel={SPEC}" in argv, line
         assert {f"--perf-reference={SPEC}", f"--perf-baseline-dir={tmp_path}", "--gpu-class=sm_90"} <= set(argv), line
     line = rows[f"[{KERNEL}-b1-128k-32x8x128]"]
-    for fake, rc, last in ((_fake(seed=3, slowdown=0.05), 1, " 1 failed"), (_fake(seed=3), 0, " 1 passed")):
-        again = subprocess.run([sys.executable] + shlex.split(line)[1:] + ["-p", "no:cacheprovider"], cwd=ROOT,
-                               env=child_env(**fake), capture_output=True, text=True, timeout=300)
+    unslowed = line.replace(shlex.quote(fake[sources.FAKE_ENV]), shlex.quote(_fake(seed=2)[sources.FAKE_ENV]), 1)
+    assert unslowed != line
+    for pasted, rc, last in ((line, 1, " 1 failed"), (unslowed, 0, " 1 passed")):
+        again = _paste(pasted, ROOT, child_env())
         assert again.returncode == rc and again.stdout.splitlines()[-1].split(" in ")[0].endswith(last), \
-            again.stdout[-2000:] + again.stderr[-2000:]
+            pasted + "\n" + again.stdout[-2000:] + again.stderr[-2000:]
 
 
 def test_ab_run_takes_a_candidate_tree_under_another_import_name(tmp_path):
