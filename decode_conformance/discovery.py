@@ -25,8 +25,12 @@ def missing_module(spec: str) -> Optional[str]:
     if ":" not in spec:
         # A bare name resolves only where it is known without importing anything: an entry point
         # (ours, an adopter package's) or a shipped adapter. A kernel named by its spec is not.
+        import difflib
+        known = list(entry_point_specs()) + [s.split(":", 1)[1] for s in listed_opt_in_specs()]
+        near = difflib.get_close_matches(spec, known, n=3, cutoff=0.6)
         return (f"kernel spec {spec!r}: expected 'package.module:object', or the bare name of a registered "
-                "kernel (--list-kernels without --kernel: ours, the adapters, entry points)")
+                "kernel (--list-kernels without --kernel: ours, the adapters, entry points)"
+                + (f"; did you mean {', '.join(map(repr, near))}?" if near else ""))
     module = spec.split(":", 1)[0]
     top = module.split(".")[0]
     if not top:

@@ -22,6 +22,9 @@ def _usage(*args, **kw):
     ("decode_conformance_kernels.registry:nope", "has no attribute 'nope'"),
     ("decode_conformance.cases:DTYPES", "names a dict, not a kernel"),
     ("decode_conformance_kernels", "expected 'package.module:object', or the bare name of a registered kernel"),
+    ("lean2", "or the bare name of a registered kernel (--list-kernels without --kernel: ours, the adapters, "
+              "entry points); did you mean 'lean'?"),
+    ("sglang_decod", "did you mean 'sglang_decode'"),
 ])
 def test_bad_kernel_spec(spec, expected):
     out = _usage(f"--kernel={spec}", "-n", "2")
