@@ -1,4 +1,4 @@
-"""Fuzz mode: hypothesis draws valid cases across every axis, runs them, and on a failure
+r"""Fuzz mode: hypothesis draws valid cases across every axis, runs them, and on a failure
 shrinks to a minimal case printed as a ready-to-paste regression record.
 
     python -m pytest --pyargs decode_conformance.suites.parity.test_fuzz --case-set=fuzz \
@@ -312,11 +312,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m decode_conformance.fuzz", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernel", required=True, help="kernel spec (pkg.module:obj) or entry-point name")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES)
-    ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    ap.add_argument("--device", default="cpu",
+                    help="cpu (the Triton interpreter), cuda or cuda:N (default: %(default)s)")
+    ap.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES,
+                    help="cases to draw before stopping (default: %(default)s)")
+    ap.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                    help="hypothesis seed: the same seed draws the same cases (default: %(default)s)")
     ap.add_argument("--database", default=None, help="hypothesis example database directory")
-    ap.add_argument("--shrink-seconds", type=float, default=DEFAULT_SHRINK_SECONDS)
+    ap.add_argument("--shrink-seconds", type=float, default=DEFAULT_SHRINK_SECONDS,
+                    help="time allowed to shrink a failure to a minimal case (default: %(default)s)")
     ap.add_argument("--case", default=None, help="run this one case (JSON of Case fields) instead of searching")
     args = ap.parse_args(argv)
     from . import _paths
