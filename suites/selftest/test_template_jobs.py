@@ -175,7 +175,9 @@ def test_perf_job_ab_against_the_base_commit(adopter, tmp_path, shell):
                 env={sources.FAKE_ENV: json.dumps({"seed": 2, "slowdown": 0.05})}, shell=shell)
     guard = slow.step("Perf guard")
     assert guard.outcome == "failure" and "SLOWER: my_decode" in guard.output, slow.text()
-    assert "**slower**" in slow.summary and "reproduce: python -m pytest" in guard.output
+    # the modelled timing decided the verdict, so the line pasted re-runs with it
+    assert "**slower**" in slow.summary and f"reproduce: {sources.FAKE_ENV}=" in guard.output
+    assert " python -m pytest -p decode_conformance.plugin " in guard.output.split("reproduce: ", 1)[1]
 
 
 def test_perf_job_records_then_compares_nightly(adopter, tmp_path):
