@@ -67,10 +67,12 @@ def find_scenario_case(case_id: str, case_set: str = "parity", device: Optional[
             return "parity", c
     known = [c.id for c in cases] + [c.id for cs in fixed_cases(profile).values() for c in cs]
     near = difflib.get_close_matches(case_id, known, n=3, cutoff=0.6)
-    drawn = ("; a fuzz find has no fixed id: pass its JSON, the --case argument of the fuzz output's "
-             "'reproduce this case' line" if case_set == "fuzz" else "")
+    # a fuzz find prints an id like any other ("shrunk to ..."), but no set holds it
+    json_form = "its JSON, the --case argument of the fuzz output's 'reproduce this case' line"
+    drawn = (f"; a fuzz find has no fixed id: pass {json_form}" if case_set == "fuzz"
+             else f"; for a fuzz find, pass {json_form}")
     raise UsageError(f"case id {case_id!r}: not in case set {case_set!r} nor a scenario's case ({profile} profile)"
-                     + (f"; nearest: {', '.join(near)}" if near and not drawn else "") + drawn)
+                     + (f"; nearest: {', '.join(near)}" if near and case_set != "fuzz" else "") + drawn)
 
 
 def _case_from_json(text: str):

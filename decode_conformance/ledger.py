@@ -1,6 +1,7 @@
 """The known-failure ledger: adopter-owned data saying which (kernel, case) pairs are
 expected to fail on which GPU classes, in the spirit of array-api-tests' xfails files. The
-format and how entries match every scenario's case ids: docs/ledger.md.
+format is below; how entries match every scenario's case ids: docs/ledger.md in the project's
+repository.
 
     [[entry]]
     kernel = "my_kernel"            # kernel name, or "*"
@@ -49,7 +50,7 @@ class Entry:
 
     def mark(self):
         import pytest
-        text = f"{self.reason} ({self.issue})"
+        text = f"{self.reason} ({self.issue}; {self.source})"  # the entry's file and line: which one to edit
         if self.kind == "quarantine":
             return pytest.mark.skip(reason=f"quarantined, never launched: {text}")
         return pytest.mark.xfail(strict=True, reason=f"known failure: {text}")

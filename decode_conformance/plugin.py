@@ -260,6 +260,10 @@ def pytest_runtest_makereport(item, call):
         result = json.loads(dict(item.user_properties)["dc_result"])
     if result is not None and call.when == "call":
         row.update({k: result[k] for k in RESULT_FIELDS if k in result})
+    if call.when == "call" and report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
+        # pytest says only the entry's reason: say what to do, and how to see the pass again
+        report.longrepr = (f"{report.longrepr}\n  it passed where a ledger entry expects a failure: remove or "
+                           f"narrow that entry" + (f"\n  reproduce: {row['repro']}" if row.get("repro") else ""))
     report.user_properties = [p for p in report.user_properties if p[0] != "dc_result"]
     report.user_properties.append(("dc_row", json.dumps(row)))
     return report
@@ -322,10 +326,11 @@ def pytest_sessionfinish(session, exitstatus):
     config.stash[_EMPTY] = empty
     if empty and s.require_cases and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    config.stash[_LEDGER_WARNINGS] = _ledger_warnings(config, s)
     path = config.getoption("--conformance-report")
     if path:
         from .report import write_report
-        config.stash[_WRITTEN] = write_report(path, rows, s, empty)
+        config.stash[_WRITTEN] = write_report(path, rows, s, empty, config.stash[_LEDGER_WARNINGS])
         if _PARTIAL in config.stash:
             config.stash[_PARTIAL].finish()
 
@@ -355,9 +360,26 @@ def _skip_idle_hypothesis_summary(config) -> None:
     pm.unregister(plugin)
 
 
+def _ledger_warnings(config, s) -> list[str]:
+    """The ledger entries that match no case this run could collect (a stale or mistyped entry),
+    said on the terminal and in the report a CI job keeps."""
+    if not s.ledger.entries:
+        return []
+    from .case_sets import build_set
+    from .scenarios import fixed_cases
+    ids = [c.id for c in build_set(s.case_set, s.profile)]
+    ids += [c.id for cs in fixed_cases(s.profile).values() for c in cs]
+    pairs = [(k.name, c) for k in s.kernels for c in ids]
+    from .ledger import default_ledger_paths
+    shipped = not config.getoption("--ledger") and s.ledger_paths == default_ledger_paths()
+    return [f"entry matches no case in this run: {entry.describe()}"
+            for entry in s.ledger.unused(pairs, s.gpu_class, own_only=shipped)]
+
+
 _PARTIAL = pytest.StashKey[object]()
 _EMPTY = pytest.StashKey[list]()
 _WRITTEN = pytest.StashKey[tuple]()
+_LEDGER_WARNINGS = pytest.StashKey[list]()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -380,16 +402,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     written = config.stash.get(_WRITTEN, None)
     if written:
         tr.write_line(f"decode-conformance report: {written[0]} and {written[1]}")
-    if s.ledger.entries:
-        from .case_sets import build_set
-        from .scenarios import fixed_cases
-        ids = [c.id for c in build_set(s.case_set, s.profile)]
-        ids += [c.id for cs in fixed_cases(s.profile).values() for c in cs]
-        pairs = [(k.name, c) for k in s.kernels for c in ids]
-        from .ledger import default_ledger_paths
-        shipped = not config.getoption("--ledger") and s.ledger_paths == default_ledger_paths()
-        for entry in s.ledger.unused(pairs, s.gpu_class, own_only=shipped):
-            tr.write_line(f"ledger warning: entry matches no case in this run: {entry.describe()}", yellow=True)
+    for warning in config.stash.get(_LEDGER_WARNINGS, []):
+        tr.write_line(f"ledger warning: {warning}", yellow=True)
 
 
 def conformance_failure(result, case) -> None:

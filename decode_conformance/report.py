@@ -17,7 +17,7 @@ import json
 import pathlib
 import platform
 from collections import Counter
-from typing import Optional
+from typing import Optional, Sequence
 
 BAD = ("failed", "error", "xpassed")
 _ICON = {"passed": "pass", "failed": "**FAIL**", "error": "**ERROR**", "skipped": "skip",
@@ -46,9 +46,11 @@ def row_from_report(report, row: dict) -> Optional[dict]:
         return None
     if hasattr(report, "wasxfail"):
         row["status"] = "xfailed" if report.skipped else "xpassed"
+        row["ledger_entry"] = report.wasxfail  # the accepting entry's reason, issue, file and line
     elif report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
-        row["status"] = "xpassed"
-        row["message"] = (f"passed but the ledger expects a failure ({report.longrepr}); remove or narrow the "
+        entry = str(report.longrepr).splitlines()[0][len("[XPASS(strict)]"):].strip()
+        row.update(status="xpassed", ledger_entry=entry)
+        row["message"] = (f"passed but the ledger expects a failure ({entry}); remove or narrow the "
                           f"ledger entry | {row.get('message', '')}")
     elif report.skipped:
         row.update(status="skipped", message=_reason(report))
@@ -113,7 +115,7 @@ def _fmt(x, spec=".4g"):
     return "" if x is None else format(x, spec)
 
 
-def markdown(rows: list[dict], env: dict, empty: list[str]) -> str:
+def markdown(rows: list[dict], env: dict, empty: list[str], ledger_warnings: Sequence[str] = ()) -> str:
     counts = Counter(r["status"] for r in rows)
     bad = [r for r in rows if r["status"] in BAD]
     lines = [f"# Decode conformance: {env.get('gpu_class', '?')} ({env.get('device', '?')}), "
@@ -121,8 +123,11 @@ def markdown(rows: list[dict], env: dict, empty: list[str]) -> str:
              " | ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no conformance tests ran", ""]
     for k in empty:
         lines.append(f"> **Every parity case of `{k}` was skipped: nothing was tested.**")
+    for w in ledger_warnings:
+        lines.append(f"> ledger warning: {w}")
     if bad:
-        lines += ["", f"## Failures ({len(bad)})", ""]
+        split = ", ".join(f"{v} {k}" for k, v in sorted(Counter(r["status"] for r in bad).items()))
+        lines += ["", f"## Failures ({len(bad)}: {split})", ""]
         for r in bad:
             what = f"`{r['case']}`" if r.get("case") else f"`{r['test']}{r.get('param', '')}`"
             msg = (r.get("message") or "").strip().replace("\n", "\n  ")
@@ -144,15 +149,30 @@ def markdown(rows: list[dict], env: dict, empty: list[str]) -> str:
     for name, k in env.get("kernels", {}).items():
         lines.append(f"- kernel `{name}`: `{k['spec']}` ({k['caps']})")
     lines += ["", "<details><summary>All rows</summary>", "",
-              "| kernel | test | case | status | worst row / budget | cosine | seconds | kernel note |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| kernel | test | case | status | worst row / budget | LSE / budget | cosine | seconds | note |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["kernel"], r["test"], r.get("case", ""))):
         v = r.get("verdict") or {}
         lines.append(f"| {r['kernel']} | {r['test']} | `{r.get('case') or r.get('param', '')}` | "
                      f"{_ICON.get(r['status'], r['status'])} | {_fmt(v.get('worst_row_ratio'))} | "
-                     f"{_fmt(v.get('cosine'), '.6f')} | {_fmt(r.get('seconds'), '.3g')} | {r.get('kernel_note', '')} |")
+                     f"{_fmt(v.get('lse_ratio'))} | {_fmt(v.get('cosine'), '.6f')} | "
+                     f"{_fmt(r.get('seconds'), '.3g')} | {_cell(_note(r))} |")
     lines += ["", "</details>"]
     return "\n".join(lines) + "\n"
+
+
+def _note(row: dict) -> str:
+    """What a reader of one row needs beside its numbers: why it was skipped, which ledger entry
+    accepted it, or the kernel's own note."""
+    if row["status"] in ("skipped", "quarantined"):
+        return row.get("message", "")
+    if row.get("ledger_entry"):
+        return f"ledger: {row['ledger_entry']}"
+    return row.get("kernel_note", "")
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
 
 
 def report_base(path: str) -> pathlib.Path:
@@ -204,12 +224,14 @@ def read_partial(path) -> tuple[list[dict], list[str]]:
     return rows, list(started)
 
 
-def write_report(path: str, rows: list[dict], state, empty: list[str]) -> tuple[pathlib.Path, pathlib.Path]:
+def write_report(path: str, rows: list[dict], state, empty: list[str],
+                 ledger_warnings: Sequence[str] = ()) -> tuple[pathlib.Path, pathlib.Path]:
     base = report_base(path)
     base.parent.mkdir(parents=True, exist_ok=True)
     jp, mp = base.with_suffix(".json"), base.with_suffix(".md")
     env = environment(state)
     rows = sorted(rows, key=lambda r: (r["status"] not in BAD, r["kernel"], r["test"], r.get("case", "")))
-    jp.write_text(json.dumps({"meta": env, "kernels_without_cases": empty, "results": rows}, indent=1))
-    mp.write_text(markdown(rows, env, empty))
+    jp.write_text(json.dumps({"meta": env, "kernels_without_cases": empty, "ledger_warnings": list(ledger_warnings),
+                              "results": rows}, indent=1))
+    mp.write_text(markdown(rows, env, empty, ledger_warnings))
     return jp.resolve(), mp.resolve()

@@ -248,3 +248,13 @@ class _DriftsOnReplan(FaultyKernel):
 
 drifts_on_relaunch = _DriftsOnRelaunch("faulty_drifts_on_relaunch", _ulp_up)
 drifts_on_replan = _DriftsOnReplan("faulty_drifts_on_replan", _correct)
+
+
+def _lse_off(batch):
+    """The output right, the LSE a twentieth of a nat high: what a split-merge that rescales
+    the output but not the LSE it hands back gives. Only the LSE check can see it."""
+    _correct(batch)
+    batch.lse.add_(0.05)
+
+
+lse_off = FaultyKernel("faulty_lse_off", _lse_off)

@@ -66,6 +66,9 @@ def test_a_drawn_case_opens_from_its_json(tmp_path):
     assert r.returncode == dci.USAGE_ERROR and "case JSON: Case fields: unknown ['heads']" in r.stderr, r.stderr
     r = _cli("bf16-paged16-h1g1-d64-B1[2]-s1", "--case-set=fuzz", "--kernel=toy_decode:ToyDecode", "--device=cpu")
     assert r.returncode == dci.USAGE_ERROR and "a fuzz find has no fixed id: pass its JSON" in r.stderr, r.stderr
+    # the id the fuzz output prints ("shrunk to ...") looks like any other: without --case-set
+    r = _cli("bf16-paged16-h1g1-d64-B1[1]-s1", "--kernel=toy_decode:ToyDecode", "--device=cpu")
+    assert r.returncode == dci.USAGE_ERROR and "for a fuzz find, pass its JSON" in r.stderr, r.stderr
 
 
 def test_a_scenario_case_id_runs_its_scenario():

@@ -123,6 +123,10 @@ def ledger_runs(tmp_path_factory):
     return runs
 
 
+def _ledger_file(run) -> str:
+    return run.report["meta"]["ledgers"][0]
+
+
 def _warned(out: str) -> list[str]:
     return re.findall(r"ledger warning: entry matches no case in this run: .*?\((.*?:\d+)\)", out)
 
@@ -131,6 +135,10 @@ def test_xfail_entry_turns_a_failure_into_xfail(ledger_runs):
     run, rows, _ = ledger_runs["cpu"]
     assert rows["faulty_nan"]["status"] == "xfailed", rows["faulty_nan"]
     assert "XFAIL" in run.out and "known failure: writes NaN" in run.out
+    # which entry accepted it: its issue, file and line, on the terminal and in the report's row
+    accepted = f"known failure: writes NaN ({ISSUE}; {_ledger_file(run)}:{ENTRY_LINES[0]})"
+    assert accepted in run.out and rows["faulty_nan"]["ledger_entry"] == accepted, rows["faulty_nan"]
+    assert f"| ledger: {accepted} |" in run.md, run.md[-3000:]
 
 
 def test_unexpected_pass_fails_the_run(ledger_runs):
@@ -140,6 +148,11 @@ def test_unexpected_pass_fails_the_run(ledger_runs):
     assert re.search(r"FAILED \S+test_parity\[torch_gather\|", run.out)
     assert rows["torch_gather"]["status"] == "xpassed"  # and the report says so, with a repro line
     assert rows["torch_gather"]["repro"] and "reproduce: `" + rows["torch_gather"]["repro"] + "`" in run.md
+    # the terminal says which entry, what to do and how to see the pass again (pytest alone gives
+    # only the entry's reason)
+    assert f"stale entry ({ISSUE}; {_ledger_file(run)}:{ENTRY_LINES[1]})" in run.out, run.out[-3000:]
+    assert "it passed where a ledger entry expects a failure: remove or narrow that entry" in run.out
+    assert "reproduce: " + rows["torch_gather"]["repro"] in run.out
 
 
 def test_quarantine_never_plans_or_launches(ledger_runs):
@@ -171,6 +184,19 @@ def test_entry_matching_nothing_prints_a_warning(ledger_runs):
     got_90 = sorted(int(w.rsplit(":", 1)[1]) for w in _warned(run_90.out))
     assert got_cpu == sorted(ENTRY_LINES[i] for i in (3, 5)), run_cpu.out[-2000:]
     assert got_90 == sorted(ENTRY_LINES[i] for i in (4, 5)), run_90.out[-2000:]
+    # and in the report a CI job keeps, where no terminal is read
+    for run in (run_cpu, run_90):
+        said = re.findall(r"ledger warning: (.*)", run.out)
+        assert run.report["ledger_warnings"] == said and len(said) == 2, run.report["ledger_warnings"]
+        assert all(f"> ledger warning: {w}" in run.md for w in said), run.md[:2000]
+
+
+def test_report_rows_say_why_a_row_was_skipped(ledger_runs):
+    """The report's table of every row names a quarantined (skipped) row's reason."""
+    run, _, _ = ledger_runs["cpu"]
+    line = next(ln for ln in run.md.splitlines() if ln.startswith("| marker_a | test_parity::test_parity | `"))
+    assert "quarantined, never launched: crashes the device" in line, line
+
 
 
 def test_every_scenario_honours_the_ledger(tmp_path):

@@ -1,0 +1,31 @@
+"""The conformance report's table of every row (decode_conformance/report.py), read as a CI job
+keeps it: a failure of the LSE alone reads as a failure, beside a correct kernel that is not
+ours (the out-of-tree toy) whose row reads as a pass."""
+from __future__ import annotations
+
+import os
+
+from suites.selftest._subpytest import PARITY, ROOT, faulty, run_pytest, small_case_ids
+
+OOT = ROOT / "suites" / "selftest" / "oot"
+
+
+def _table_row(md: str, kernel: str, case: str) -> str:
+    return next(ln for ln in md.splitlines() if ln.startswith(f"| {kernel} | test_parity::test_parity | `{case}` |"))
+
+
+def test_an_lse_only_failure_reads_as_one_in_the_report(tmp_path):
+    case = small_case_ids(1)[0]
+    run = run_pytest(PARITY, f"--kernel={faulty('lse_off')}", "--kernel=toy_decode:ToyDecode", f"--case-id={case}",
+                     report=tmp_path / "report", env={"PYTHONPATH": os.pathsep.join([str(OOT), str(ROOT)])},
+                     timeout=180)
+    rows = {r["kernel"]: r for r in run.rows()}
+    bad, good = rows["faulty_lse_off"], rows["toy_decode"]
+    # the output is right, so its ratio alone would read as a pass: the LSE column says otherwise
+    assert bad["status"] == "failed" and bad["verdict"]["worst_row_ratio"] < 1 < bad["verdict"]["lse_ratio"], bad
+    assert good["status"] == "passed" and good["verdict"]["lse_ratio"] < 1, good
+    for row in (bad, good):
+        v = row["verdict"]
+        line = _table_row(run.md, row["kernel"], case)
+        assert f"| {format(v['worst_row_ratio'], '.4g')} | {format(v['lse_ratio'], '.4g')} |" in line, line
+    assert "| LSE / budget |" in run.md and run.rc == 1, run.out[-2000:]
