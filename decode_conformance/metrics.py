@@ -92,7 +92,7 @@ class Verdict:
         return (f"{head} | worst row {self.worst_row} at {self.worst_row_ratio:.3g}x its budget "
                 f"(L2 err {self.worst_row_err:.3g}), cosine={self.cosine:.6f} lse_err={self.lse_err:.3g}"
                 + (f" ({self.lse_ratio:.3g}x its budget)" if math.isfinite(self.lse_ratio) else "")
-                + f" nonfinite={self.nonfinite}")
+                + f" nonfinite_out={self.nonfinite}")  # output elements; a non-finite LSE is said above
 
     def to_dict(self) -> dict:
         return {
