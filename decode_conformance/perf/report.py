@@ -25,11 +25,13 @@ def table(run) -> list[str]:
     rows = [r for r in run.rows() if r.status != "skipped"]
     if not rows:
         return []
-    hdr = (f"{'kernel':21s} {'cell':22s} {'status':11s} {'now us':>9s} {'record':>9s} {'change':>7s} {'ref us':>9s} "
+    kw = max([21] + [len(r.kernel) for r in rows])  # an adopter's kernel name may be longer than ours
+    cw = max([22] + [len(r.cell) for r in rows])
+    hdr = (f"{'kernel':{kw}s} {'cell':{cw}s} {'status':11s} {'now us':>9s} {'record':>9s} {'change':>7s} {'ref us':>9s} "
            f"{'ratio':>7s} {'thresh':>6s} {'catches':>7s} {'MB':>7s} {'TB/s':>5s} {'roof%':>5s}")
     lines = [header(run), hdr, "-" * len(hdr)]
     for r in rows:
-        lines.append(f"{r.kernel:21s} {r.cell:22s} {r.status:11s} {_f(r.now_us, '9.2f')} {_f(r.base_us, '9.2f')} "
+        lines.append(f"{r.kernel:{kw}s} {r.cell:{cw}s} {r.status:11s} {_f(r.now_us, '9.2f')} {_f(r.base_us, '9.2f')} "
                      f"{_f(r.change, '+7.1%')} {_f(r.ref_us, '9.2f')} {_f(r.ratio, '7.4f')} {_f(r.threshold, '6.1%')} "
                      f"{_f(r.catches, '7.1%')} {_f(r.bytes / 1e6 if r.bytes else None, '7.1f')} {_f(r.tbs, '5.2f')} "
                      f"{_f(r.roofline_pct, '5.0f')}")

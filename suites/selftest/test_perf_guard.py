@@ -402,3 +402,26 @@ def test_ab_reference_reads_the_tested_kernels_inputs(cells):
     assert all(getattr(b, n) is getattr(a, n) for n in ("q", "k_cache", "v_cache", "kv_indices", "block_table"))
     assert b.out is not a.out and bool(b.out.isnan().all()) and b.lse is not a.lse
     assert b.workspace is not a.workspace and not b.workspace.buffers
+
+
+def test_terminal_table_keeps_its_columns_for_a_long_kernel_name():
+    """An adopter's kernel name longer than ours (seen: my_decode_drops_last_key) must not push
+    the numbers out from under their headings."""
+    from types import SimpleNamespace
+
+    from decode_conformance.perf import report
+    rows = [guard.CellResult("my_decode_drops_last_key", "b1-128k-32x8x128", "slower", True, "SLOWER: ...", now_us=180.12,
+                             ref_us=171.99, ratio=1.0473),
+            guard.CellResult("k", "b1-4k-32x8x128-with-a-long-cell-name", "pass", now_us=16.2, ref_us=16.3, ratio=0.9939)]
+    run = SimpleNamespace(rows=lambda: rows, timing=None, reference=None, mode="ab", gpu_class="sm_90",
+                          baseline_dir="perf-baselines", notes=[])
+    lines = report.table(run)
+    hdr, body = lines[1], lines[3:5]
+    # text columns start under their heading; numbers end under theirs (right-aligned)
+    columns = (("cell", lambda r: r.cell, "left"), ("status", lambda r: r.status, "left"),
+               ("now us", lambda r: f"{r.now_us:.2f}", "right"), ("ratio", lambda r: f"{r.ratio:.4f}", "right"))
+    for heading, value_of, align in columns:
+        edge = hdr.index(heading) + (len(heading) if align == "right" else 0)
+        for line, r in zip(body, rows):
+            start = line.index(value_of(r), len(r.kernel))
+            assert (start + len(value_of(r)) if align == "right" else start) == edge, (heading, hdr, line)
