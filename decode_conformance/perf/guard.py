@@ -276,10 +276,19 @@ class GuardRun:
     def _path(self, kp) -> pathlib.Path:
         return store.record_path(self.baseline_dir, self.gpu_class, kp.name)
 
+    def _installed_records(self) -> bool:
+        return bool(self.default_dir and checkout_root() is None)
+
     def _cmd(self, kp) -> str:
-        installed_records = self.default_dir and checkout_root() is None
         return record_command(pyargs=self.pyargs, spec=kp.spec, gpu_class_option=self.gpu_class_option,
-                              baseline_dir=None if installed_records else self.baseline_dir)
+                              baseline_dir=None if self._installed_records() else self.baseline_dir)
+
+    def _record_with(self, kp, what: str = "one") -> str:
+        """'record one with: <command>'; where this run read the installed records, the command
+        writes a folder of the adopter's repository, which this run would not read again."""
+        where = (" into perf-baselines (runs then read it with --perf-baseline-dir=perf-baselines)"
+                 if self._installed_records() else "")
+        return f"record {what}{where} with: {self._cmd(kp)}"
 
     def _note(self, text: str) -> None:
         if text not in self.notes:
@@ -297,7 +306,7 @@ class GuardRun:
                 if model != info["gpu_name"]:
                     raise store.BaselineError(
                         f"perf record {path}: foreign file: recorded on {model!r}, this GPU is {info['gpu_name']!r} "
-                        f"(same class {self.gpu_class}, another model); record one for this GPU with: {self._cmd(kp)}")
+                        f"(same class {self.gpu_class}, another model); {self._record_with(kp, 'one for this GPU')}")
         except store.BaselineError as e:
             if self.reference is None:
                 raise
@@ -328,10 +337,10 @@ class GuardRun:
             why = ""
             if bc is not None and bc["case"] != c.case.id:
                 bc, why = None, (f"cell {c.name} was recorded as case {bc['case']} and is now {c.case.id}; "
-                                 f"record it again with: {self._cmd(kp)}")
+                                 f"{self._record_with(kp, 'it again')}")
             elif bc is None:
-                why = (f"no record for {self.gpu_class}/{kp.name} ({path}); record one with: {self._cmd(kp)}"
-                       if base is None else f"no record of cell {c.name} in {path}; record one with: {self._cmd(kp)}")
+                why = (f"no record for {self.gpu_class}/{kp.name} ({path}); {self._record_with(kp)}"
+                       if base is None else f"no record of cell {c.name} in {path}; {self._record_with(kp)}")
             if bc is None:
                 r = CellResult(kp.name, c.name, "no-baseline", self.require, why, now_us=now.median_us, timing=kind,
                                context=c.context, values_us=list(now.blocks_us),
@@ -373,7 +382,7 @@ class GuardRun:
                     f"no record of {self.gpu_class}/{kp.name} in {self.baseline_dir}")
             self._note(f"A/B: {what}: thresholds come from this run's round-to-round spread only (the "
                        "session-to-session spread a record measures is not known)"
-                       + ("" if base is False else f"; record one with: {self._cmd(kp)}"))
+                       + ("" if base is False else f"; {self._record_with(kp)}"))
         out = {}
         for c in cells:
             if c.name in skipped:
@@ -396,7 +405,7 @@ class GuardRun:
 
     def _record(self, kp, info) -> dict[str, CellResult]:
         path = self._path(kp)
-        if self.default_dir and checkout_root() is None:
+        if self._installed_records():
             raise store.BaselineError(f"--perf-record without --perf-baseline-dir would write {path} inside the "
                                       "installed package; pass --perf-baseline-dir=<a folder of your repository>")
         per_session, skipped, errors, kinds, xcheck = measure_record(self.timing, kp.kernel, self.cells)

@@ -212,11 +212,14 @@ def test_perf_record_hint_runs_in_the_adopter_folder(readme_folder):
     ab = [str(py), "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "decode_conformance.suites.perf",
           f"--kernel={spec}", f"--perf-reference={spec}", "-k", "b1-4k"]
     r = _run(ab, cwd=folder, env=fake)
-    said = re.search(r"record one with: (python -m pytest [^\n]+?)(?: \| |\n|$)", r.stdout)
+    said = re.search(r"record one (.*?)with: (python -m pytest [^\n]+?)(?: \| |\n|$)", r.stdout)
     assert r.returncode == 0 and said, r.stdout[-3000:] + r.stderr[-3000:]
-    rec = _run([str(py)] + shlex.split(said[1])[1:] + ["-p", "no:cacheprovider"], cwd=folder, env=fake)
+    # this run read the installed records: the line says the folder it writes is read only when named
+    hint, command = said[1], said[2]
+    assert "--perf-baseline-dir=perf-baselines" in hint, said[0]
+    rec = _run([str(py)] + shlex.split(command)[1:] + ["-p", "no:cacheprovider"], cwd=folder, env=fake)
     records = list((folder / "perf-baselines").glob("*/my_decode.json"))
-    assert rec.returncode == 0 and len(records) == 1, said[1] + "\n" + rec.stdout[-3000:] + rec.stderr[-3000:]
+    assert rec.returncode == 0 and len(records) == 1, command + "\n" + rec.stdout[-3000:] + rec.stderr[-3000:]
     again = _run(ab + ["--perf-baseline-dir=perf-baselines", "-rA"], cwd=folder, env=fake)
     assert again.returncode == 0 and "no record" not in again.stdout, again.stdout[-3000:]
 
