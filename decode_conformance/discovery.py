@@ -26,8 +26,7 @@ def missing_module(spec: str) -> Optional[str]:
         # A bare name resolves only where it is known without importing anything: an entry point
         # (ours, an adopter package's) or a shipped adapter. A kernel named by its spec is not.
         import difflib
-        known = list(entry_point_specs()) + [s.split(":", 1)[1] for s in listed_opt_in_specs()]
-        near = difflib.get_close_matches(spec, known, n=3, cutoff=0.6)
+        near = difflib.get_close_matches(spec, list(bare_names(entry_point_specs())), n=3, cutoff=0.6)
         return (f"kernel spec {spec!r}: expected 'package.module:object', or the bare name of a registered "
                 "kernel (--list-kernels without --kernel: ours, the adapters, entry points)"
                 + (f"; did you mean {', '.join(map(repr, near))}?" if near else ""))
@@ -87,13 +86,17 @@ def listed_opt_in_specs() -> list[str]:
     return list(OPT_IN_SPECS) + [f"{SHIPPED_PACKAGE}.registry:{a}" for a in getattr(registry, "ADAPTERS", ())]
 
 
+def bare_names(registered: dict[str, str]) -> dict[str, str]:
+    """{bare name: spec} of every kernel a bare name may stand for: the registered ones (entry
+    points, e.g. `lean`) and, where no entry point takes the name, `listed_opt_in_specs`
+    (`sglang_decode`)."""
+    return {**{s.split(":", 1)[1]: s for s in reversed(listed_opt_in_specs())}, **registered}
+
+
 def bare_name_spec(name: str, registered: dict[str, str]) -> str:
-    """The spec a bare kernel name stands for: a registered kernel's (entry points, e.g. `lean`), or
-    one of `listed_opt_in_specs` (`sglang_decode`); else the name itself, which the spec checks
-    then reject."""
-    if name in registered:
-        return registered[name]
-    return next((s for s in listed_opt_in_specs() if s.split(":", 1)[1] == name), name)
+    """The spec a bare kernel name stands for (`bare_names`); else the name itself, which the spec
+    checks then reject."""
+    return bare_names(registered).get(name, name)
 
 
 def kernel_specs(cli: Iterable[str] = (), env: Optional[str] = None) -> list[str]:

@@ -260,7 +260,8 @@ def pytest_runtest_makereport(item, call):
         result = json.loads(dict(item.user_properties)["dc_result"])
     if result is not None and call.when == "call":
         row.update({k: result[k] for k in RESULT_FIELDS if k in result})
-    if call.when == "call" and report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
+    from .report import strict_xpass_entry
+    if call.when == "call" and strict_xpass_entry(report) is not None:
         # pytest says only the entry's reason: say what to do, and how to see the pass again
         report.longrepr = (f"{report.longrepr}\n  it passed where a ledger entry expects a failure: remove or "
                            f"narrow that entry" + (f"\n  reproduce: {row['repro']}" if row.get("repro") else ""))

@@ -32,6 +32,16 @@ def _reason(report) -> str:
     return text.strip()
 
 
+XPASS_STRICT = "[XPASS(strict)]"  # how pytest words a strict xfail that passed: a failed call report
+
+
+def strict_xpass_entry(report) -> Optional[str]:
+    """The ledger entry's text (the xfail reason) of a test that passed where a strict xfail
+    expected a failure; None for any other report."""
+    text = str(report.longrepr) if report.failed else ""
+    return text.splitlines()[0][len(XPASS_STRICT):].strip() if text.startswith(XPASS_STRICT) else None
+
+
 def row_from_report(report, row: dict) -> Optional[dict]:
     """One report row from a test report and the row its item carried (parameters, and the
     result fields where the test ran a case through the door)."""
@@ -44,11 +54,11 @@ def row_from_report(report, row: dict) -> Optional[dict]:
         return row
     if report.when != "call":
         return None
+    entry = strict_xpass_entry(report)
     if hasattr(report, "wasxfail"):
         row["status"] = "xfailed" if report.skipped else "xpassed"
         row["ledger_entry"] = report.wasxfail  # the accepting entry's reason, issue, file and line
-    elif report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
-        entry = str(report.longrepr).splitlines()[0][len("[XPASS(strict)]"):].strip()
+    elif entry is not None:
         row.update(status="xpassed", ledger_entry=entry)
         row["message"] = (f"passed but the ledger expects a failure ({entry}); remove or narrow the "
                           f"ledger entry | {row.get('message', '')}")

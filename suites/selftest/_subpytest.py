@@ -15,6 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOOD = "decode_conformance_kernels.registry:torch_gather"
 FAULTY = "suites.selftest.faulty_kernels"
 PARITY = "suites/parity/test_parity.py"
+OOT = ROOT / "suites" / "selftest" / "oot"  # the out-of-tree kernels: correct ones that are not ours
 
 _LEAKY_ENV = ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
               "PYTEST_CURRENT_TEST", "DECODE_CONFORMANCE_KERNELS", "DECODE_CONFORMANCE_LEDGER",
@@ -61,6 +62,15 @@ def run_pytest(*args: str, report: Optional[pathlib.Path] = None, env: Optional[
         rep = json.loads(report.with_suffix(".json").read_text())
         md = report.with_suffix(".md").read_text()
     return Run(rc=p.returncode, out=p.stdout + p.stderr, report=rep, md=md, seconds=secs)
+
+
+def paste(line: str, cwd, env: dict, python_dir: Optional[str] = None, timeout: float = 300):
+    """`line` (a printed reproduce line) run by a shell as pasted, with `python_dir`'s python
+    (default: this one's) first on PATH."""
+    python_dir = python_dir or os.path.dirname(sys.executable)
+    path = os.pathsep.join([python_dir, env.get("PATH", os.environ.get("PATH", ""))])
+    return subprocess.run(["bash", "-c", line + " -p no:cacheprovider"], cwd=cwd, env={**env, "PATH": path},
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def small_case_ids(n: int = 2) -> list[str]:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import os
 
-from suites.selftest._subpytest import PARITY, ROOT, faulty, run_pytest, small_case_ids
+from suites.selftest._subpytest import OOT, PARITY, ROOT, faulty, run_pytest, small_case_ids
 
-OOT = ROOT / "suites" / "selftest" / "oot"
 
 
 def _table_row(md: str, kernel: str, case: str) -> str:

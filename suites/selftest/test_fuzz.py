@@ -15,9 +15,8 @@ import pytest
 from decode_conformance import fuzz as fz
 from decode_conformance.case_sets import build_set
 from decode_conformance.cases import INPUT_FORMS, Case
-from suites.selftest._subpytest import ROOT, run_pytest
+from suites.selftest._subpytest import OOT, ROOT, run_pytest
 
-OOT = ROOT / "suites" / "selftest" / "oot"
 if str(OOT) not in sys.path:
     sys.path.insert(0, str(OOT))
 import toy_decode  # noqa: E402

@@ -11,9 +11,8 @@ import torch
 
 from decode_conformance import inspect as dci
 from suites.selftest import planted  # noqa: F401  (puts the out-of-tree toy kernel on sys.path)
-from suites.selftest._subpytest import ROOT, small_case_ids
+from suites.selftest._subpytest import OOT, ROOT, small_case_ids
 
-OOT = ROOT / "suites" / "selftest" / "oot"
 CASE = small_case_ids(1)[0]
 
 

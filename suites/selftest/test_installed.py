@@ -30,9 +30,8 @@ import pytest
 
 from decode_conformance.device_memory import SlotLock
 
-from suites.selftest._subpytest import ROOT
+from suites.selftest._subpytest import OOT, ROOT, paste
 
-OOT = ROOT / "suites" / "selftest" / "oot"
 CLEAN_ENV = {k: v for k, v in os.environ.items()
              if not k.startswith(("PYTEST_", "DECODE_CONFORMANCE_", "TRITON_")) and k != "PYTHONPATH"}
 
@@ -195,8 +194,7 @@ def test_perf_reproduce_line_uses_the_installed_suites(readme_folder):
     assert "--pyargs 'decode_conformance.suites.perf.test_perf::test_perf[torch_gather-b1-128k-32x8x128]'" in lines[0]
     assert lines[0].startswith("DECODE_CONFORMANCE_PERF_FAKE="), lines[0]  # the modelled timing, kept
     # pasted as it is, in a shell whose python is the adopter's environment's
-    again = _run(["bash", "-c", lines[0] + " -p no:cacheprovider"], cwd=folder,
-                 env={"PATH": f"{py.parent}{os.pathsep}{CLEAN_ENV.get('PATH', '')}"})
+    again = paste(lines[0], folder, CLEAN_ENV, python_dir=str(py.parent), timeout=600)
     assert again.returncode == 1 and re.search(r"^=* ?1 failed in [\d.]+s", again.stdout.splitlines()[-1]), \
         again.stdout[-2000:] + again.stderr[-2000:]
 

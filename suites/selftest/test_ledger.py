@@ -198,7 +198,6 @@ def test_report_rows_say_why_a_row_was_skipped(ledger_runs):
     assert "quarantined, never launched: crashes the device" in line, line
 
 
-
 def test_every_scenario_honours_the_ledger(tmp_path):
     """A scenario's case is named by its id like a parity case: an entry naming the scenario
     (`batch-invariance-*`) and one written for parity ids with a leading wildcard (`*-bf16-*`)

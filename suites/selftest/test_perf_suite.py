@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from decode_conformance.perf import sources, store
-from suites.selftest._subpytest import GOOD, ROOT, child_env, run_pytest
+from suites.selftest._subpytest import GOOD, ROOT, child_env, paste, run_pytest
 
 SPEC = GOOD
 KERNEL = "torch_gather"
@@ -83,13 +83,6 @@ def test_ab_run_passes_a_a_and_fails_a_planted_slowdown(tmp_path):
     assert rows and all(r["ratio"] for r in rows if r["status"] != "skipped")
 
 
-def _paste(line: str, cwd, env: dict) -> subprocess.CompletedProcess:
-    """`line` run by a shell, as pasted, with this environment's python first on PATH."""
-    path = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", os.environ.get("PATH", ""))])
-    return subprocess.run(["bash", "-c", line + " -p no:cacheprovider"], cwd=cwd, env={**env, "PATH": path},
-                          capture_output=True, text=True, timeout=300)
-
-
 def test_a_slower_cell_prints_a_line_that_re_runs_its_one_verdict(tmp_path):
     """Each failing perf test prints a reproduce line (also in the report's row) carrying what
     decided its verdict - the A/B reference, the records' folder and, on a CPU, the modelled
@@ -113,7 +106,7 @@ def test_a_slower_cell_prints_a_line_that_re_runs_its_one_verdict(tmp_path):
     unslowed = line.replace(shlex.quote(fake[sources.FAKE_ENV]), shlex.quote(_fake(seed=2)[sources.FAKE_ENV]), 1)
     assert unslowed != line
     for pasted, rc, last in ((line, 1, " 1 failed"), (unslowed, 0, " 1 passed")):
-        again = _paste(pasted, ROOT, child_env())
+        again = paste(pasted, ROOT, child_env())
         assert again.returncode == rc and again.stdout.splitlines()[-1].split(" in ")[0].endswith(last), \
             pasted + "\n" + again.stdout[-2000:] + again.stderr[-2000:]
 
