@@ -30,7 +30,8 @@ def run(state, config, kp, scenario: str, case: Case, test: str, repro: str = ""
     """Scenario `scenario` of kernel `kp` (a state.KernelParam) on `case` under the run's policy.
     `test` names the test in the reproduce line (state.repro_target); `repro` replaces the line
     where a case source has its own (a fuzz example)."""
-    repro = repro or repro_command(kp.spec, case, state.case_set, state.device, test=test, pyargs=state.pyargs)
+    repro = repro or repro_command(kp.spec, case, state.case_set, state.device, test=test, pyargs=state.pyargs,
+                                  ledgers=state.repro_ledgers)
     with case_on_shared_gpu(case, state.device, state.workers_per_device):
         if state.isolation == "process":
             res = isolated_runner(state).run(kp.spec, case, scenario, name=kp.name)

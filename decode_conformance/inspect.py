@@ -17,7 +17,9 @@ From Python:
     print(result.message); result.output       # the kernel's output tensor
 
 Exit status of the command: 0 the case passed (or no kernel was given), 1 it failed, 4 a usage
-error (an unknown case id: the nearest are suggested; a kernel spec that does not load).
+error (an unknown case id: the nearest are suggested; a kernel spec that does not load), 5 the
+kernel does not run this case: the tests skip it for the reason printed (a capability it does
+not declare, a scenario that does not apply); `--force` runs it anyway.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 USAGE_ERROR = 4
+NOT_RUN = 5  # as pytest's "no tests ran": the case is one the tests skip for this kernel
 DEFAULT_MAX_SAVE_GIB = 1.0  # --save: the 2^31-element pool cases are ~4 GiB
 
 
@@ -135,16 +138,23 @@ class _NoKernel:
 
 
 def run_one(kernel, case_id: str, device: Optional[str] = None, case_set: str = "parity",
-            save: Optional[str] = None, max_save_gib: float = DEFAULT_MAX_SAVE_GIB):
+            save: Optional[str] = None, max_save_gib: float = DEFAULT_MAX_SAVE_GIB, force: bool = False):
     """runner.CaseResult of `kernel` on the case (the kernel's output in result.output). A
     scenario's case (`determinism-...`) runs that scenario, as its test does; `save` then writes
-    the tensors of one plain launch of it (what the scenario's first launch sees)."""
+    the tensors of one plain launch of it (what the scenario's first launch sees). A case the
+    tests skip for this kernel (a capability it does not declare) is not launched: status
+    "skipped", the reason in result.message; `force` launches it anyway."""
     dev = _device(device)
-    return _run(load(kernel, dev), *find_scenario_case(case_id, case_set, dev), dev, save, max_save_gib)
+    return _run(load(kernel, dev), *find_scenario_case(case_id, case_set, dev), dev, save, max_save_gib, force)
 
 
-def _run(k, scenario: str, case, dev: str, save: Optional[str], max_save_gib: float):
-    from .runner import run_case
+def _run(k, scenario: str, case, dev: str, save: Optional[str], max_save_gib: float, force: bool = False):
+    from .runner import CaseResult, run_case
+    from .scenarios import why_not_run
+    why = "" if force else why_not_run(scenario, k, case, dev)
+    if why:  # judged against a contract the kernel never claimed, it would read as a failure
+        return CaseResult(kernel=k.name, case_id=case.id, status="skipped", scenario=scenario,
+                          message=f"not run: {why} (the tests skip this case for this kernel; --force runs it)")
     if save is None:
         if scenario != "parity":
             from .scenarios import run
@@ -211,6 +221,8 @@ def main(argv=None) -> int:
     ap.add_argument("--case-set", default="parity", help="the set the id comes from (default: parity)")
     ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N; default: cuda when a GPU is visible")
     ap.add_argument("--save", default=None, metavar="FILE.pt", help="write every tensor to FILE.pt (torch.save)")
+    ap.add_argument("--force", action="store_true",
+                    help="run the kernel even on a case the tests skip for it (a capability it does not declare)")
     ap.add_argument("--max-save-gib", type=float, default=DEFAULT_MAX_SAVE_GIB, metavar="N",
                     help=f"refuse a --save larger than N GiB (default {DEFAULT_MAX_SAVE_GIB:g}; the 2^31-element pool "
                          "cases are ~4 GiB)")
@@ -231,10 +243,13 @@ def main(argv=None) -> int:
         dev = _device(a.device)
         kernel = load(a.kernel, dev)
         scenario, case = find_scenario_case(a.case_id, a.case_set, dev)
-        res = _run(kernel, scenario, case, dev, a.save, a.max_save_gib)
+        res = _run(kernel, scenario, case, dev, a.save, a.max_save_gib, a.force)
     except UsageError as e:
         print(f"usage error: {e}", file=sys.stderr)
         return USAGE_ERROR
+    if res.status == "skipped":
+        print(f"[{res.kernel}] {res.case_id}: {res.message}")
+        return NOT_RUN
     from .runner import failure_text
     print(failure_text(res, case))
     if a.save:

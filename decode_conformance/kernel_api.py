@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Protocol, runtime_checkable
 
 from .batch import DecodeBatch
-from .cases import DTYPES, INPUT_FORMS, LAYOUTS, WINDOW_CONVENTIONS, Case
+from .cases import DTYPES, FP8_TOKENS, INPUT_FORMS, LAYOUTS, WINDOW_CONVENTIONS, Case
 from .reference import DEQUANT_KV, FP8_MATH, FP8_Q_AND_P, SOFTMAX_SUMS, SUM_FP32
 
 # Where kernel specs come from lives in a module without torch (the first usage checks of a run
@@ -244,7 +244,8 @@ class Capabilities:
         if self.input_forms is not None:
             parts.append("inputs " + ",".join(sorted(self.input_forms)))
         parts.append(f"window {self.window_convention}" if self.window_convention else "no window")
-        parts.append(f"fp8 {self.fp8_math}")
+        if self.kv_dtypes & FP8_TOKENS:  # the fp8 tier means nothing to a kernel without fp8 caches
+            parts.append(f"fp8 {self.fp8_math}")
         if self.softmax_sum != SUM_FP32:
             parts.append(f"softmax sum {self.softmax_sum}")
         for flag in ("mla", "softcap", "sinks", "lse", "num_splits", "cuda_graph_safe", "deterministic",

@@ -5,7 +5,8 @@ repository.
 
     [[entry]]
     kernel = "my_kernel"            # kernel name, or "*"
-    case = "fi4267-*"               # fnmatch pattern over case ids of every scenario; the
+    case = "fi4267-*"               # pattern over case ids of every scenario (`*`, `?` the
+                                    # only wildcards: `[` is literal, as in `B2[257,17]`); the
                                     # non-parity ones begin with the scenario's name
                                     # ("batch-invariance-*", "determinism-*")
     gpu_classes = ["sm_90"]         # optional; default: every class
@@ -16,9 +17,10 @@ repository.
 """
 from __future__ import annotations
 
-import fnmatch
+import functools
 import os
 import pathlib
+import re
 import tomllib
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
@@ -26,6 +28,18 @@ from typing import Iterable, Optional
 ENV_VAR = "DECODE_CONFORMANCE_LEDGER"
 DEFAULT_FILE = "known_failures.toml"  # in the shipped data (decode_conformance.fixtures): our kernels' ledger
 KINDS = ("xfail", "quarantine")
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(pattern: str) -> re.Pattern:
+    # Not fnmatch: its `[...]` is a character class, and every case id holds one literally
+    # (`B2[257,17]`), so an id pasted from a failure into `case` would match no case, itself included.
+    return re.compile("".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern))
+
+
+def glob_match(text: str, pattern: str) -> bool:
+    """`pattern`, with `*` and `?` its only wildcards, matches the whole of `text`."""
+    return _compiled(pattern).fullmatch(text) is not None
 
 
 class LedgerError(ValueError):
@@ -46,7 +60,7 @@ class Entry:
     def matches(self, kernel: str, case_id: str, gpu_class: str) -> bool:
         if self.gpu_classes is not None and gpu_class not in self.gpu_classes:
             return False
-        return fnmatch.fnmatchcase(kernel, self.kernel) and fnmatch.fnmatchcase(case_id, self.case)
+        return glob_match(kernel, self.kernel) and glob_match(case_id, self.case)
 
     def mark(self):
         import pytest
@@ -118,16 +132,34 @@ class Ledger:
                 return e
         return None
 
-    def unused(self, pairs: Iterable[tuple[str, str]], gpu_class: str, own_only: bool = False) -> list[Entry]:
-        """Entries matching none of the (kernel, case id) pairs this run could collect: a stale or
-        mistyped entry. `own_only` (the shipped ledger, which names this package's kernels):
-        only entries about a kernel of this run on this GPU class count, so an adopter testing
-        only their own kernel does not hear about ours."""
+    def unused(self, pairs: Iterable[tuple[str, str]], gpu_class: str) -> list[Entry]:
+        """Entries about this run (their kernel pattern names a kernel of `pairs`, their GPU classes
+        include `gpu_class`) that match none of the (kernel, case id) pairs it could collect: a
+        stale or mistyped entry. An entry about another kernel or class is not this run's to
+        judge: one ledger serves an adopter's every kernel and runner (sharded per kernel and
+        per class), and the shipped one names this package's kernels."""
         pairs = list(pairs)
         kernels = {k for k, _ in pairs}
         return [e for e in self.entries
-                if not (own_only and (e.kernel not in kernels or (e.gpu_classes and gpu_class not in e.gpu_classes)))
+                if any(glob_match(k, e.kernel) for k in kernels)
+                and (e.gpu_classes is None or gpu_class in e.gpu_classes)
                 and not any(e.matches(k, c, gpu_class) for k, c in pairs)]
+
+
+    def elsewhere(self, kernels: Iterable[str]) -> list[Entry]:
+        """Entries whose kernel pattern names none of `kernels`: not checked by a run of those
+        (a renamed kernel's entries are among them)."""
+        kernels = list(kernels)
+        return [e for e in self.entries if not any(glob_match(k, e.kernel) for k in kernels)]
+
+    def check_classes(self, known: Iterable[str]) -> None:
+        """A class no run can have (a typo: "sm90") would leave its entry silently unused."""
+        known = sorted(known)
+        for e in self.entries:
+            bad = [c for c in e.gpu_classes or () if c not in known]
+            if bad:
+                raise LedgerError(f"{e.source}: field 'gpu_classes': unknown class {', '.join(map(repr, bad))}; "
+                                  f"expected names from {', '.join(known)}")
 
 
 def default_ledger_paths() -> list[str]:

@@ -328,6 +328,7 @@ def pytest_sessionfinish(session, exitstatus):
     if empty and s.require_cases and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     config.stash[_LEDGER_WARNINGS] = _ledger_warnings(config, s)
+    config.stash[_LEDGER_NOT_CHECKED] = _ledger_not_checked(config, s)
     path = config.getoption("--conformance-report")
     if path:
         from .report import write_report
@@ -362,25 +363,41 @@ def _skip_idle_hypothesis_summary(config) -> None:
 
 
 def _ledger_warnings(config, s) -> list[str]:
-    """The ledger entries that match no case this run could collect (a stale or mistyped entry),
-    said on the terminal and in the report a CI job keeps."""
+    """The ledger entries about this run's kernels and GPU class that match no case the suite
+    ships (a stale or mistyped entry), said on the terminal and in the report a CI job keeps.
+    Checked against every shipped case of both profiles and every scenario's, not just this run's
+    set: one ledger serves an adopter's smoke and full runs, on CPUs and GPUs alike."""
     if not s.ledger.entries:
         return []
     from .case_sets import build_set
+    from .devices import PROFILES
     from .scenarios import fixed_cases
-    ids = [c.id for c in build_set(s.case_set, s.profile)]
-    ids += [c.id for cs in fixed_cases(s.profile).values() for c in cs]
+    ids = {c.id for c in build_set(s.case_set, s.profile)}  # a trace: set's own workloads
+    for profile in PROFILES:
+        ids |= {c.id for c in build_set("full", profile)}
+        ids |= {c.id for cs in fixed_cases(profile).values() for c in cs}
     pairs = [(k.name, c) for k in s.kernels for c in ids]
-    from .ledger import default_ledger_paths
-    shipped = not config.getoption("--ledger") and s.ledger_paths == default_ledger_paths()
-    return [f"entry matches no case in this run: {entry.describe()}"
-            for entry in s.ledger.unused(pairs, s.gpu_class, own_only=shipped)]
+    return [f"entry matches no case the suite ships: {entry.describe()}"
+            for entry in s.ledger.unused(pairs, s.gpu_class)]
+
+
+def _ledger_not_checked(config, s) -> str:
+    """One line for the entries of the adopter's ledger about kernels this run does not test:
+    not a warning (one ledger serves every kernel's job), but where a renamed kernel shows."""
+    if not s.ledger_named:
+        return ""  # the shipped ledger names this package's kernels
+    other = s.ledger.elsewhere(k.name for k in s.kernels)
+    if not other:
+        return ""
+    return (f"ledger: {len(other)} entr{'y' if len(other) == 1 else 'ies'} about kernels this run does not test, "
+            f"not checked: " + "; ".join(f"{e.kernel!r} ({e.source})" for e in other))
 
 
 _PARTIAL = pytest.StashKey[object]()
 _EMPTY = pytest.StashKey[list]()
 _WRITTEN = pytest.StashKey[tuple]()
 _LEDGER_WARNINGS = pytest.StashKey[list]()
+_LEDGER_NOT_CHECKED = pytest.StashKey[str]()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -405,6 +422,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"decode-conformance report: {written[0]} and {written[1]}")
     for warning in config.stash.get(_LEDGER_WARNINGS, []):
         tr.write_line(f"ledger warning: {warning}", yellow=True)
+    if config.stash.get(_LEDGER_NOT_CHECKED, ""):
+        tr.write_line(config.stash[_LEDGER_NOT_CHECKED])
 
 
 def conformance_failure(result, case) -> None:

@@ -307,6 +307,17 @@ def get(name: str) -> Scenario:
         raise KeyError(f"no scenario {name!r}; expected one of {sorted(SCENARIOS)}") from None
 
 
+def why_not_run(name: str, kernel, case: Case, device) -> str:
+    """Why `kernel` does not run `case` in scenario `name` here ('' when it does): the scenario's
+    own reason, else every capability the case needs that the kernel lacks. The one answer the
+    tests' skips (state.case_marks) and a single case run outside pytest (inspect) both give."""
+    why = get(name).skip_reason(kernel, case, device)
+    if why:
+        return why
+    missing = kernel.caps.missing_for(case, device_type(device))
+    return f"{kernel.name} lacks: {', '.join(missing)}" if missing else ""
+
+
 def run(name: str, kernel, case: Case, device) -> CaseResult:
     """The scenario `name` on `kernel` and `case`, in this process."""
     return get(name).run(kernel, case, device)

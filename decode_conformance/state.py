@@ -66,6 +66,13 @@ class RunState:
     workers_per_device: int = 1
     device_memory: Optional[tuple[int, int]] = None  # (free, total) bytes of the device at start; None on the CPU
     perf_reference: Optional[KernelParam] = None  # --perf-reference, the perf guard's A/B reference
+    ledger_named: bool = False  # by --ledger or $DECODE_CONFORMANCE_LEDGER: the adopter's, not the shipped one
+
+    @property
+    def repro_ledgers(self) -> tuple[str, ...]:
+        """The ledgers a reproduce line names: an xfail, a strict XPASS or a quarantine re-runs as
+        such only under the same ledger, and a CI log's line is pasted where no variable is set."""
+        return tuple(self.ledger_paths) if self.ledger_named else ()
 
     @property
     def profile(self) -> str:
@@ -116,14 +123,11 @@ class RunState:
         """Skips (the scenario does not apply, missing capability, memory, fp8 MMA on a class
         without it) and ledger marks."""
         from .memory import case_bytes
-        from .scenarios import get
+        from .scenarios import why_not_run
         marks = [pytest.mark.decode_case]
-        why = get(scenario).skip_reason(kp.kernel, case, self.device)
+        why = why_not_run(scenario, kp.kernel, case, self.device)
         if why:
             return marks + [pytest.mark.skip(reason=why)]
-        missing = kp.kernel.caps.missing_for(case, self.device_type)
-        if missing:
-            return marks + [pytest.mark.skip(reason=f"{kp.name} lacks: {', '.join(missing)}")]
         need = case_bytes(case)
         marks.append(pytest.mark.min_gpu_memory(round(need / 2**30, 2)))
         if self.device_memory is not None:
@@ -411,10 +415,12 @@ def build_state(config, runs_cases: bool = True) -> RunState:
     isolated worker's, and that one 4.4-4.8 s more to its first launch, while every worker's
     first test waited for the slowest worker's collection (docs/gpu-runs/2026-12-06-h100-s39)."""
     preflight(config)
-    from .ledger import Ledger, LedgerError, default_ledger_paths
+    from .ledger import ENV_VAR as LEDGER_ENV_VAR, Ledger, LedgerError, default_ledger_paths
     ledger_paths = list(config.getoption("--ledger") or default_ledger_paths())
+    ledger_named = bool(config.getoption("--ledger") or os.environ.get(LEDGER_ENV_VAR, "").strip())
     try:
         ledger = Ledger.load(ledger_paths)
+        ledger.check_classes(hardware.known_classes())
     except LedgerError as e:
         raise pytest.UsageError(f"--ledger: {e}") from None
     device = _device(config)
@@ -454,7 +460,7 @@ def build_state(config, runs_cases: bool = True) -> RunState:
             runner.close()
         raise
     return RunState(device=device, gpu_class=gpu_class, case_set=case_set, kernels=kernels, ledger=ledger,
-                    ledger_paths=ledger_paths, isolation=isolation, case_timeout=timeout,
+                    ledger_paths=ledger_paths, ledger_named=ledger_named, isolation=isolation, case_timeout=timeout,
                     pyargs=bool(config.getoption("pyargs", False)),
                     require_cases=bool(config.getoption("--require-cases")), case_ids=case_ids, runner=runner,
                     workers_per_device=workers_sharing_device(), device_memory=memory, perf_reference=perf_reference)

@@ -91,3 +91,21 @@ def test_save_refuses_gigabytes_unless_asked(tmp_path):
     assert r.returncode == dci.USAGE_ERROR and "--save would write" in r.stderr and "--max-save-gib=" in r.stderr, \
         r.stdout + r.stderr
     assert not (tmp_path / "p.pt").exists()
+
+
+def test_a_case_the_tests_skip_is_not_run_unless_forced():
+    """A case needing what the kernel does not declare (Lean: no soft-cap) is one the parity test
+    skips; inspect judged it anyway and said FAIL, against a contract the kernel never claimed.
+    Now it is not run: the tests' reason, exit NOT_RUN; --force runs it."""
+    from decode_conformance.case_sets import build_set
+    capped = min((c for c in build_set("parity", "interpreter") if c.softcap is not None),
+                 key=lambda c: sum(c.seq_lens) * c.num_q_heads).id
+    res = dci.run_one("lean", capped, device="cpu")
+    assert res.status == "skipped" and not res.ok and "lean lacks: soft-cap" in res.message, res.message
+    r = _cli(capped, "--kernel=lean", "--device=cpu")
+    assert r.returncode == dci.NOT_RUN and "not run: lean lacks: soft-cap" in r.stdout \
+        and "--force" in r.stdout and "FAIL" not in r.stdout, r.stdout + r.stderr
+    r = _cli(capped, "--kernel=lean", "--device=cpu", "--force")
+    # launched: Lean's plan refuses a soft-cap, which is why it does not declare one
+    assert r.returncode == 1 and "not run" not in r.stdout and "kernel raised: NotImplementedError" in r.stdout, \
+        r.stdout + r.stderr

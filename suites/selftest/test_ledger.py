@@ -7,7 +7,8 @@ One ledger file drives two runs, on the cpu class and with --gpu-class=sm_90:
   entry 2  quarantine marker_a                        -> never planned nor launched
   entry 3  quarantine marker_b, gpu_classes=[sm_90]   -> cpu: runs (and fails); sm_90: never planned
   entry 4  xfail      faulty_raises, gpu_classes=[cpu]-> cpu: xfailed; sm_90: plain failure
-  entry 5  xfail      no_such_kernel                  -> matches nothing: 'ledger warning' line
+  entry 5  xfail      no_such_kernel                  -> about no kernel of the run: one 'not checked' line
+  entry 6  xfail      faulty_nan, a case no set has   -> a 'ledger warning' line (a mistyped pattern)
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import re
 import pytest
 
 from decode_conformance.ledger import Entry, Ledger, default_ledger_paths
-from suites.selftest._subpytest import GOOD, PARITY, faulty, run_pytest, small_case_ids
+from suites.selftest._subpytest import GOOD, PARITY, ROOT, child_env, faulty, paste, run_pytest, small_case_ids
 from suites.selftest.faulty_kernels import MARKER_DIR_ENV
 
 ISSUE = "https://github.com/example/kernels/issues/1"
@@ -89,6 +90,20 @@ def test_gpu_class_filter_and_patterns():
     assert ledger.match("fixed_split", "fi4267-a", "sm_80") is everywhere
 
 
+def test_a_case_id_pasted_from_a_failure_matches_itself():
+    """Patterns were fnmatch's, whose `[...]` is a character class: every case id holds one
+    (`B2[257,17]`), so an id copied from a failure into `case` matched no case, not even itself.
+    `*` and `?` are the only wildcards now."""
+    cid = "bf16-contig-h4g2-d80-B2[257,17]-win64-large-scores-scale0.105409-q-strided-s812695649"
+    def entry(case):
+        return Entry(kernel="k", case=case, kind="xfail", reason="r", issue=ISSUE)
+    assert entry(cid).matches("k", cid, "cpu")
+    assert not entry(cid).matches("k", cid.replace("[257,17]", "2"), "cpu")  # "B2" then one of 2,5,7,1
+    assert entry("*-B2[257,*]-*").matches("k", cid, "cpu")
+    assert entry("?f16-*").matches("k", cid, "cpu") and not entry("?f16-*").matches("k", "e4m3-" + cid, "cpu")
+    assert not entry("bf16-contig").matches("k", cid, "cpu")  # the whole id, not a prefix
+
+
 # ---- what entries do to a run ----------------------------------------------------------
 
 ENTRIES = [
@@ -99,6 +114,7 @@ ENTRIES = [
          gpu_classes=["sm_90"]),
     dict(kernel="faulty_raises", case="*", kind="xfail", reason="raises on cpu", issue=ISSUE, gpu_classes=["cpu"]),
     dict(kernel="no_such_kernel", case="*", kind="xfail", reason="renamed kernel", issue=ISSUE),
+    dict(kernel="faulty_nan", case="bf16-paged17-*", kind="xfail", reason="mistyped pattern", issue=ISSUE),
 ]
 # The line of each entry's [[entry]] header as _write_ledger lays them out (header, a line per
 # field, a blank line).
@@ -128,7 +144,7 @@ def _ledger_file(run) -> str:
 
 
 def _warned(out: str) -> list[str]:
-    return re.findall(r"ledger warning: entry matches no case in this run: .*?\((.*?:\d+)\)", out)
+    return re.findall(r"ledger warning: entry matches no case the suite ships: .*?\((.*?:\d+)\)", out)
 
 
 def test_xfail_entry_turns_a_failure_into_xfail(ledger_runs):
@@ -155,6 +171,17 @@ def test_unexpected_pass_fails_the_run(ledger_runs):
     assert "reproduce: " + rows["torch_gather"]["repro"] in run.out
 
 
+def test_an_unexpected_pass_reproduces_when_pasted(ledger_runs):
+    """The strict XPASS's reproduce line names the ledger: pasted where no variable is set (a CI
+    log read elsewhere), it fails again; without the ledger the case simply passed, exit 0."""
+    run, rows, _ = ledger_runs["cpu"]
+    line = rows["torch_gather"]["repro"]
+    assert line.endswith(f"--ledger={_ledger_file(run)}"), line
+    pasted = paste(line, ROOT, child_env())
+    assert pasted.returncode == 1 and "XPASS(strict)" in pasted.stdout, pasted.stdout[-2000:] + pasted.stderr
+    assert "1 failed" in pasted.stdout, pasted.stdout[-500:]
+
+
 def test_quarantine_never_plans_or_launches(ledger_runs):
     for gpu_class in ("cpu", "sm_90"):
         run, rows, markers = ledger_runs[gpu_class]
@@ -176,26 +203,41 @@ def test_gpu_classes_filter(ledger_runs):
 
 
 def test_entry_matching_nothing_prints_a_warning(ledger_runs):
-    run_cpu, _, _ = ledger_runs["cpu"]
-    run_90, _, _ = ledger_runs["sm_90"]
-    # Entry 5 names no kernel of the run; entry 3 is for sm_90 only and entry 4 for cpu only.
-    # Warnings name the entry's line in the file.
-    got_cpu = sorted(int(w.rsplit(":", 1)[1]) for w in _warned(run_cpu.out))
-    got_90 = sorted(int(w.rsplit(":", 1)[1]) for w in _warned(run_90.out))
-    assert got_cpu == sorted(ENTRY_LINES[i] for i in (3, 5)), run_cpu.out[-2000:]
-    assert got_90 == sorted(ENTRY_LINES[i] for i in (4, 5)), run_90.out[-2000:]
-    # and in the report a CI job keeps, where no terminal is read
-    for run in (run_cpu, run_90):
+    """Warned: an entry about a kernel of the run, on its GPU class, whose pattern matches no case
+    the suite ships (entry 6). Not warned: entries for another class (3 on cpu, 4 on sm_90: one
+    ledger serves every runner of a sharded CI). An entry about a kernel the run does not test
+    (5) is one plain 'not checked' line, where a renamed kernel shows."""
+    for gpu_class in ("cpu", "sm_90"):
+        run, _, _ = ledger_runs[gpu_class]
+        got = [int(w.rsplit(":", 1)[1]) for w in _warned(run.out)]
+        assert got == [ENTRY_LINES[6]], run.out[-2000:]
         said = re.findall(r"ledger warning: (.*)", run.out)
-        assert run.report["ledger_warnings"] == said and len(said) == 2, run.report["ledger_warnings"]
+        assert run.report["ledger_warnings"] == said and len(said) == 1, run.report["ledger_warnings"]
         assert all(f"> ledger warning: {w}" in run.md for w in said), run.md[:2000]
+        not_checked = [ln for ln in run.out.splitlines() if ln.startswith("ledger: ")]
+        assert not_checked == [f"ledger: 1 entry about kernels this run does not test, not checked: "
+                               f"'no_such_kernel' ({_ledger_file(run)}:{ENTRY_LINES[5]})"], run.out[-2000:]
 
 
-def test_report_rows_say_why_a_row_was_skipped(ledger_runs):
-    """The report's table of every row names a quarantined (skipped) row's reason."""
-    run, _, _ = ledger_runs["cpu"]
-    line = next(ln for ln in run.md.splitlines() if ln.startswith("| marker_a | test_parity::test_parity | `"))
-    assert "quarantined, never launched: crashes the device" in line, line
+def test_a_smoke_run_does_not_warn_about_entries_for_the_full_set(tmp_path):
+    """One ledger serves an adopter's smoke and full runs: an entry naming a case of the full set
+    only is not stale in a smoke run."""
+    from decode_conformance.case_sets import build_set
+    smoke = {c.id for c in build_set("smoke", "interpreter")}
+    full_only = next(c.id for c in build_set("full", "interpreter") if c.id not in smoke)
+    ledger = _write_ledger(tmp_path / "l.toml", [dict(kernel="torch_gather", case=full_only, kind="xfail",
+                                                      reason="r", issue=ISSUE)])
+    run = run_pytest(PARITY, f"--kernel={GOOD}", "--case-set=smoke", f"--case-id={sorted(smoke)[0]}",
+                     f"--ledger={ledger}", timeout=120)
+    assert run.rc == 0 and "ledger warning" not in run.out and "ledger: " not in run.out, run.out[-2000:]
+
+
+def test_a_gpu_class_that_does_not_exist_is_a_usage_error(tmp_path):
+    """"sm90" for "sm_90" would leave the entry unused on every runner, silently."""
+    ledger = _write_ledger(tmp_path / "l.toml", [dict(VALID), dict(VALID, gpu_classes=["sm90"])])
+    run = run_pytest(PARITY, f"--kernel={GOOD}", f"--case-id={small_case_ids(1)[0]}", f"--ledger={ledger}",
+                     timeout=120)
+    assert run.rc == 4 and f"{ledger}:8: field 'gpu_classes': unknown class 'sm90'; expected names from cpu, " in run.out, run.out[-2000:]
 
 
 def test_every_scenario_honours_the_ledger(tmp_path):
@@ -222,10 +264,10 @@ def test_every_scenario_honours_the_ledger(tmp_path):
 def test_the_shipped_ledger_is_quiet_for_a_kernel_it_does_not_name(tmp_path):
     """An adopter testing only their kernel, with no --ledger, must not hear about the shipped
     ledger's entries for this package's kernels (seen: a fixed_split entry warned in every run).
-    The shipped ledger has no entries since 2026-12-05, so its rule (`own_only`) is held on a
-    ledger of the same shape: an entry for one of our kernels, on the CPU."""
+    The shipped ledger has no entries since 2026-12-05, so the rule is held on a ledger of the
+    same shape: an entry for one of our kernels, on the CPU."""
     run = run_pytest(PARITY, f"--kernel={GOOD}", f"--case-id={small_case_ids(1)[0]}", timeout=120)
-    assert run.rc == 0 and "ledger warning" not in run.out, run.out[-2000:]
+    assert run.rc == 0 and "ledger warning" not in run.out and "ledger: " not in run.out, run.out[-2000:]
     shipped = Ledger.load(default_ledger_paths())
     assert all(e.kernel != "torch_gather" for e in shipped.entries)
     ours = tmp_path / "ours.toml"
@@ -233,6 +275,7 @@ def test_the_shipped_ledger_is_quiet_for_a_kernel_it_does_not_name(tmp_path):
                     'reason = "a known failure of ours"\nissue = "https://example.org/1"\n')
     like_shipped = Ledger.load([str(ours)])
     assert like_shipped.entries
-    assert like_shipped.unused([("torch_gather", "x")], "cpu", own_only=True) == []
-    assert like_shipped.unused([("torch_gather", "x")], "cpu") == like_shipped.entries
-    assert like_shipped.unused([("fixed_split", "bf16-x")], "cpu", own_only=True) == like_shipped.entries
+    assert like_shipped.unused([("torch_gather", "x")], "cpu") == []
+    assert like_shipped.unused([("fixed_split", "e5m2-x")], "sm_90") == []  # another class
+    assert like_shipped.unused([("fixed_split", "bf16-x")], "cpu") == like_shipped.entries
+    assert like_shipped.elsewhere(["torch_gather"]) == like_shipped.entries

@@ -39,3 +39,12 @@ def test_list_kernels_default_set():
     for spec in ["decode_conformance_kernels.registry:adaptive_split_graph"] + [
             f"decode_conformance_kernels.registry:{name}" for name in ADAPTERS]:
         assert spec in run.out, f"{spec} not listed"
+
+
+def test_the_fp8_tier_is_listed_only_for_a_kernel_with_fp8_caches():
+    """A kernel of bf16 / fp16 caches only was listed as `fp8 dequant-kv` (the field's default),
+    which reads as a claim of fp8 support."""
+    from decode_conformance.kernel_api import Capabilities
+    assert " fp8 " not in Capabilities(kv_dtypes={"bf16", "fp16"}).describe()
+    assert " fp8 dequant-kv " in Capabilities(kv_dtypes={"bf16", "e4m3"}).describe()
+    assert " fp8 fp8-q-and-p " in Capabilities(kv_dtypes={"e4m3"}, fp8_math="fp8-q-and-p").describe()
