@@ -145,7 +145,6 @@ class Ledger:
                 and (e.gpu_classes is None or gpu_class in e.gpu_classes)
                 and not any(e.matches(k, c, gpu_class) for k, c in pairs)]
 
-
     def elsewhere(self, kernels: Iterable[str]) -> list[Entry]:
         """Entries whose kernel pattern names none of `kernels`: not checked by a run of those
         (a renamed kernel's entries are among them)."""

@@ -328,7 +328,7 @@ def pytest_sessionfinish(session, exitstatus):
     if empty and s.require_cases and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     config.stash[_LEDGER_WARNINGS] = _ledger_warnings(config, s)
-    config.stash[_LEDGER_NOT_CHECKED] = _ledger_not_checked(config, s)
+    config.stash[_LEDGER_NOT_CHECKED] = _ledger_not_checked(s)
     path = config.getoption("--conformance-report")
     if path:
         from .report import write_report
@@ -381,7 +381,7 @@ def _ledger_warnings(config, s) -> list[str]:
             for entry in s.ledger.unused(pairs, s.gpu_class)]
 
 
-def _ledger_not_checked(config, s) -> str:
+def _ledger_not_checked(s) -> str:
     """One line for the entries of the adopter's ledger about kernels this run does not test:
     not a warning (one ledger serves every kernel's job), but where a renamed kernel shows."""
     if not s.ledger_named:
