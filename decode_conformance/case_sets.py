@@ -586,5 +586,8 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(prog="python -m decode_conformance.case_sets", description="The parity set's shipped data.")
     ap.add_argument("--write-pairwise", action="store_true",
                     help=f"generate the pairwise covering rows and write them to the shipped {PAIRWISE_FILE}")
-    if ap.parse_args().write_pairwise:
+    args = ap.parse_args()
+    from ._paths import alias_checkout
+    alias_checkout()  # this checkout's data folder, not an editable install's of another checkout
+    if args.write_pairwise:
         print(f"wrote {write_pairwise_rows()}")

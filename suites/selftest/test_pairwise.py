@@ -202,3 +202,30 @@ def test_coverage_check_fails_on_stale_shipped_rows(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(coverage, "stale_rows", lambda path=None: check(stale))
     assert coverage.main(["--profile", "interpreter", "--kernel", "torch_gather", "--check"]) == 1
     assert "100.00%" in (said := capsys.readouterr()).out and cs.PAIRWISE_REGENERATE in said.err
+
+
+def test_write_pairwise_writes_the_checkout_it_runs_from(tmp_path):
+    """`python -m decode_conformance.case_sets --write-pairwise` run in a second copy of the
+    project wrote the rows of the copy that was pip-installed (editable) instead: the command
+    did not alias its own checkout's data folder, as every other command does."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from suites.selftest._subpytest import ROOT, child_env
+    copy = tmp_path / "second-checkout"
+    copy.mkdir()
+    for name in ("decode_conformance", "fixtures", "kernels"):
+        shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    (copy / "fixtures" / cs.PAIRWISE_FILE).unlink()
+    ours = ROOT / "fixtures" / cs.PAIRWISE_FILE
+    before = ours.stat().st_mtime_ns
+    env = {k: v for k, v in child_env().items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-m", "decode_conformance.case_sets", "--write-pairwise"], cwd=copy,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip() == f"wrote {copy / 'fixtures' / cs.PAIRWISE_FILE}", run.stdout
+    assert (copy / "fixtures" / cs.PAIRWISE_FILE).read_text() == ours.read_text()  # the same rows, regenerated
+    assert ours.stat().st_mtime_ns == before and os.path.exists(ours)
