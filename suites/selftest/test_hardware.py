@@ -71,6 +71,9 @@ def _fake_device(monkeypatch, *, rocm: bool, **props):
 CLASS_LISTS = [("ci/README.md", "`gpu.yml` `nvidia` (", "nvidia"),
                ("ci/README.md", "gpu, <class>` (class: ", "nvidia"),
                ("ci/templates/decode-conformance-nvidia.yml", "the suite's GPU class table", "nvidia"),
+               ("ci/README.md", "`gpu.yml` `amd` (", "amd"),
+               ("ci/README.md", "labels `self-hosted, linux, rocm, <class>`", "amd"),
+               ("ci/templates/decode-conformance-amd.yml", "rocm, <class>` (", "amd"),
                ("ci/README.md", "Compiles every shipped kernel variant for ", "compiled"),
                ("README.md", "`compile-check` (every shipped kernel variant compiled", "compiled")]
 
@@ -84,8 +87,12 @@ def test_docs_list_every_class_of_the_table(path, phrase, which):
     assert at is not None, f"{path}: no line has {phrase!r} (update CLASS_LISTS)"
     text = " ".join(lines[at:at + 2])  # a list may wrap once
     rows = hardware.known_classes().values()
-    want = {c.name for c in rows if c.vendor == "nvidia" and (which == "nvidia" or c.compile_arch is not None)}
-    named = set(re.findall(r"\bsm_\d+\b", text))
+    if which == "compiled":  # the compile check's targets, either vendor
+        want = {c.name for c in rows if c.compile_arch is not None}
+    else:
+        want = {c.name for c in rows if c.vendor == which}
+    form = {"nvidia": r"sm_\d+", "amd": r"gfx\d+"}.get(which, r"sm_\d+|gfx\d+")  # the wrapped line may be the other vendor's
+    named = set(re.findall(rf"\b(?:{form})\b", text))
     assert named == want, (f"{path}:{at + 1} names {sorted(named)}; fixtures/gpu_classes.toml's "
                            f"{which} classes are {sorted(want)}")
 
