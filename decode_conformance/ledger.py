@@ -62,6 +62,10 @@ class Entry:
             return False
         return glob_match(kernel, self.kernel) and glob_match(case_id, self.case)
 
+    def names_any(self, kernels: Iterable[str]) -> bool:
+        """Whether the entry's kernel pattern names one of `kernels` (it is about that run)."""
+        return any(glob_match(k, self.kernel) for k in kernels)
+
     def mark(self):
         import pytest
         text = f"{self.reason} ({self.issue}; {self.source})"  # the entry's file and line: which one to edit
@@ -141,7 +145,7 @@ class Ledger:
         pairs = list(pairs)
         kernels = {k for k, _ in pairs}
         return [e for e in self.entries
-                if any(glob_match(k, e.kernel) for k in kernels)
+                if e.names_any(kernels)
                 and (e.gpu_classes is None or gpu_class in e.gpu_classes)
                 and not any(e.matches(k, c, gpu_class) for k, c in pairs)]
 
@@ -149,7 +153,7 @@ class Ledger:
         """Entries whose kernel pattern names none of `kernels`: not checked by a run of those
         (a renamed kernel's entries are among them)."""
         kernels = list(kernels)
-        return [e for e in self.entries if not any(glob_match(k, e.kernel) for k in kernels)]
+        return [e for e in self.entries if not e.names_any(kernels)]
 
     def check_classes(self, known: Iterable[str]) -> None:
         """A class no run can have (a typo: "sm90") would leave its entry silently unused."""

@@ -327,7 +327,7 @@ def pytest_sessionfinish(session, exitstatus):
     config.stash[_EMPTY] = empty
     if empty and s.require_cases and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    config.stash[_LEDGER_WARNINGS] = _ledger_warnings(config, s)
+    config.stash[_LEDGER_WARNINGS] = _ledger_warnings(s)
     config.stash[_LEDGER_NOT_CHECKED] = _ledger_not_checked(s)
     path = config.getoption("--conformance-report")
     if path:
@@ -362,7 +362,7 @@ def _skip_idle_hypothesis_summary(config) -> None:
     pm.unregister(plugin)
 
 
-def _ledger_warnings(config, s) -> list[str]:
+def _ledger_warnings(s) -> list[str]:
     """The ledger entries about this run's kernels and GPU class that match no case the suite
     ships (a stale or mistyped entry), said on the terminal and in the report a CI job keeps.
     Checked against every shipped case of both profiles and every scenario's, not just this run's
