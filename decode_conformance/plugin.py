@@ -117,6 +117,8 @@ def pytest_configure(config):
     ):
         config.addinivalue_line("markers", line)
     _quiet_benchmark_under_xdist(config)
+    from . import perf_options
+    perf_options.check(config)
     from .state import conformance_requested
     if config.getoption("--list-kernels"):
         return

@@ -3,7 +3,8 @@ document `pytest --benchmark-json` writes: machine_info (+ the GPU), commit_info
 benchmark per cell whose stats are pytest-benchmark's own (seconds; its rounds are the
 recording's K session statistics) and whose extra_info carries what the guard needs (method,
 noise, case id, bytes, TB/s, roofline, GPU name / UUID / class, versions). The folder
-`<dir>/<gpu_class>/<kernel>.json` is laid out as a pytest-benchmark storage whose machine
+`<dir>/<gpu_class>/<kernel>.json` (another GPU model of the class: `<kernel>@<model>.json`
+beside it, `record_path`) is laid out as a pytest-benchmark storage whose machine
 folders are GPU classes: `pytest-benchmark --storage file://<dir> list | compare 'sm_90/*'`.
 The guard reads any document of this shape, also one pytest-benchmark saved itself
 (`--benchmark-save` / `--benchmark-json` of a `--perf-record` run)."""
@@ -15,6 +16,7 @@ import math
 import os
 import pathlib
 import platform
+import re
 from typing import Optional
 
 RECORD_VERSION = 2
@@ -32,8 +34,36 @@ def default_dir() -> pathlib.Path:
     return data_path("baselines")
 
 
-def record_path(root, gpu_class: str, kernel: str) -> pathlib.Path:
-    return pathlib.Path(root) / gpu_class / f"{kernel}.json"
+def model_slug(gpu_name: str) -> str:
+    """A GPU model's name as a file name part: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-") or "gpu"
+
+
+def _recorded_model(path: pathlib.Path) -> Optional[str]:
+    """The GPU model a record file names, None where there is no readable one (a damaged file
+    is reported when loaded, not here)."""
+    try:
+        return json.loads(path.read_text())["benchmarks"][0]["extra_info"]["gpu_name"]
+    except (OSError, ValueError, LookupError, TypeError):
+        return None
+
+
+def record_path(root, gpu_class: str, kernel: str, gpu_name: Optional[str] = None) -> pathlib.Path:
+    """Where the record of `kernel` on `gpu_class` is read and written on a GPU named `gpu_name`.
+
+    A record holds one GPU model (a class may hold several: sm_90 has the H100 and the H200,
+    40 % apart in bandwidth), and one pool may run both. The class's file `<kernel>.json` is
+    the first model recorded; another model's record sits beside it as
+    `<kernel>@<model>.json`. Both stay one folder deep, as pytest-benchmark's storage
+    ('<machine>/<file>') expects. Without `gpu_name`: the class's file."""
+    folder = pathlib.Path(root) / gpu_class
+    plain = folder / f"{kernel}.json"
+    if gpu_name is None:
+        return plain
+    own = folder / f"{kernel}@{model_slug(gpu_name)}.json"
+    if own.exists() or _recorded_model(plain) not in (None, gpu_name):
+        return own
+    return plain
 
 
 def pb_stats(values_us: list[float]) -> dict:

@@ -1,20 +1,15 @@
-"""The perf guard's session parts: the option check, one GuardRun per pytest session (the
+"""The perf guard's session parts: one GuardRun per pytest session (the
 `perf_run` fixture), the GPU in pytest-benchmark's machine_info, and the table and report at
 the end of the run. Loaded for `pytest suites/perf` and `pytest --pyargs
 decode_conformance.suites.perf` alike; the options are registered by the plugin
-(decode_conformance/perf_options.py)."""
+(decode_conformance/perf_options.py), which also checks their combinations."""
 import pytest
 
-from decode_conformance import perf_options
 from decode_conformance.perf import report, sources, store
 from decode_conformance.perf.guard import GuardRun
 
 _RUN = pytest.StashKey[object]()
 _TIMING = pytest.StashKey[object]()
-
-
-def pytest_configure(config):
-    perf_options.check(config)
 
 
 def _timing(config):

@@ -222,6 +222,21 @@ def test_a_move_within_the_machine_spread_is_reported_not_failed(tmp_path, kp, c
     assert all(r.status == "slower" and "another machine" in r.message for r in out.values())
 
 
+def test_a_class_without_a_measured_spread_does_not_gate_on_another_machine(tmp_path, kp, cells):
+    """How far two machines of a class lie apart is known only where it was measured; without a
+    row (gfx942 today) a record from another machine is a trend there, even a 10 % move, and
+    the note says what gates instead. On the recording machine it still gates."""
+    _record(tmp_path, kp, cells, gpu_uuid="GPU-a")
+    run = _run(tmp_path, Fake(seed=5, slowdown=0.10, gpu_uuid="GPU-b"), cells, spread=None)
+    out = run.outcome(kp)
+    assert all(r.status == "moved" and not r.fail for r in out.values()), [r.message for r in out.values()]
+    assert all("no machine-to-machine spread is measured for this class" in r.message for r in out.values())
+    assert any(n.startswith("machine:") and "so no move fails here" in n and "--perf-reference" in n
+               for n in run.notes), run.notes
+    out = _run(tmp_path, Fake(seed=5, slowdown=0.10, gpu_uuid="GPU-a"), cells, spread=None).outcome(kp)
+    assert all(r.status == "slower" and r.fail for r in out.values()), [r.message for r in out.values()]
+
+
 def test_same_machine_keeps_its_own_thresholds(tmp_path, kp, cells):
     _record(tmp_path, kp, cells, read_tbs=4.43, gpu_uuid="GPU-a")
     run = _run(tmp_path, Fake(seed=5, slowdown=0.025, read_tbs=4.45, gpu_uuid="GPU-a"), cells, spread=SPREAD)
@@ -350,7 +365,6 @@ def _edit_short(fn):
 @pytest.mark.parametrize("edit,words", [
     (_edit_all("kernel", "lean"), ["foreign", "records kernel 'lean'"]),
     (_edit_all("gpu_class", "sm_80"), ["foreign", "class 'sm_80'"]),
-    (_edit_all("gpu_name", "NVIDIA H100 80GB HBM3"), ["foreign", "recorded on 'NVIDIA H100"]),
     (_edit_all("method", "host-wall-time"), ["timed with method 'host-wall-time'"]),
     (_edit_all("perf_guard", 99), ["record version 99"]),
     (_edit_short(lambda b: b["stats"].update(median=-1)), ["corrupt", SHORT, "stats.median"]),
@@ -364,6 +378,40 @@ def test_unusable_record_is_an_error_naming_the_file(tmp_path, kp, cells, edit, 
     for r in _run(tmp_path, Fake(seed=1), cells).outcome(kp).values():
         assert r.status == "error" and r.fail and str(p) in r.message, r.message
         assert all(w in r.message for w in words), r.message
+
+
+H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+
+
+def test_each_gpu_model_of_a_class_keeps_its_own_record(tmp_path, kp, cells):
+    """A pool of one class may hold two models (sm_90: H100 and H200, 40 % apart in bandwidth):
+    the first model recorded takes <kernel>.json, the other <kernel>@<model>.json beside it;
+    each run reads its own model's, so a slowdown on the H100 is judged against the H100's."""
+    h200 = _record(tmp_path, kp, cells, gpu_name=H200)
+    before = h200.read_bytes()
+    out = _run(tmp_path, Fake(seed=1000, gpu_name=H100), cells, record=True).outcome(kp)
+    h100 = tmp_path / "sm_90" / f"{kp.name}@nvidia-h100-80gb-hbm3.json"
+    assert h200.name == f"{kp.name}.json" and h200.read_bytes() == before, "the H200's record was overwritten"
+    assert all(r.status == "recorded" and str(h100) in r.message for r in out.values()), [r.message for r in out.values()]
+    for name in (H200, H100):
+        out = _run(tmp_path, Fake(seed=5, gpu_name=name), cells).outcome(kp)
+        assert all(r.status == "pass" for r in out.values()), [r.message for r in out.values()]
+    out = _run(tmp_path, Fake(seed=5, slowdown=0.10, gpu_name=H100), cells).outcome(kp)
+    assert all(r.status == "slower" for r in out.values()), [r.message for r in out.values()]
+    # a third model finds no record of its own: reported, naming its file and the command
+    out = _run(tmp_path, Fake(seed=5, gpu_name="NVIDIA H20"), cells).outcome(kp)
+    assert all(r.status == "no-baseline" and f"no record for sm_90/{kp.name} on 'NVIDIA H20'" in r.message
+               and f"{kp.name}@nvidia-h20.json" in r.message for r in out.values()), [r.message for r in out.values()]
+
+
+def test_a_model_file_holding_another_model_is_an_error_naming_it(tmp_path, kp, cells):
+    _record(tmp_path, kp, cells, gpu_name=H200)
+    own = store.record_path(tmp_path, "sm_90", kp.name, H100)
+    doc = json.loads(store.record_path(tmp_path, "sm_90", kp.name).read_text())
+    own.write_text(json.dumps(doc))  # copied by hand: the H200's numbers under the H100's name
+    for r in _run(tmp_path, Fake(seed=1, gpu_name=H100), cells).outcome(kp).values():
+        assert r.status == "error" and r.fail and str(own) in r.message and "recorded on 'NVIDIA H200'" in r.message, \
+            r.message
 
 
 def test_changed_cell_asks_for_a_new_recording(tmp_path, kp, cells):

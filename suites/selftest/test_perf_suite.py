@@ -125,28 +125,54 @@ def test_ab_run_takes_a_candidate_tree_under_another_import_name(tmp_path):
         same.out[-3000:]
     slow = run_pytest(*args, env={**_fake(seed=2, slowdown=0.05), **path})
     assert slow.rc == 1 and f"SLOWER: {KERNEL} b1-128k-32x8x128" in slow.out, slow.out[-3000:]
+    # its reproduce line names the folder the candidate was imported from, so it re-runs when
+    # pasted where PYTHONPATH is not set (a CI log's line, on a developer's machine)
+    line = next(ln.split("reproduce: ", 1)[1] for ln in slow.out.splitlines() if "reproduce: " in ln)
+    assert f"PYTHONPATH={cand.parent} " in line, line
+    env = {k: v for k, v in child_env().items() if k != "PYTHONPATH"}
+    again = paste(line, ROOT, env)
+    assert again.returncode == 1 and again.stdout.splitlines()[-1].split(" in ")[0].endswith(" 1 failed"), \
+        line + "\n" + again.stdout[-2000:] + again.stderr[-2000:]
 
 
 def test_ab_run_holds_beside_a_record_of_another_gpu_model(tmp_path):
-    """A/B gates on the ratio: the shipped records (an H200's) are foreign to the fake GPU, and
-    a pool runner of another model must still get its A/B verdict, with the record left out."""
+    """A/B gates on the ratio: the shipped records are an H200's, and a pool runner of another
+    model (the fake GPU) reads none of them - its model has no record there - yet gets its A/B
+    verdict on the run's own spread. A damaged record of its own model is left out, said so."""
     args = ("suites/perf", "-p", "no:xdist", "--gpu-class=sm_90", f"--kernel={SPEC}", f"--perf-reference={SPEC}")
     same = run_pytest(*args, env=_fake(seed=1))
-    assert same.rc == 0 and "record left out of the A/B run" in same.out and "foreign file" in same.out, \
-        same.out[-3000:]
-    # the note on thresholds says the record was left out, not that there is none
-    assert f"A/B: the record of sm_90/{KERNEL} left out: thresholds come from" in same.out, same.out[-3000:]
-    assert "A/B: no record of" not in same.out, same.out[-3000:]
+    assert same.rc == 0 and f"A/B: no record of sm_90/{KERNEL} on 'fake GPU' in " in same.out, same.out[-3000:]
     slow = run_pytest(*args, env=_fake(seed=2, slowdown=0.05))
     assert slow.rc == 1 and f"SLOWER: {KERNEL} b1-128k-32x8x128" in slow.out, slow.out[-3000:]
-    # without a reference the same foreign record is an error on every cell (compare mode)
+    # without a reference: no record of this model, reported with the file it would be
     plain = run_pytest("suites/perf", "-p", "no:xdist", "--gpu-class=sm_90", f"--kernel={SPEC}", env=_fake(seed=1))
-    assert plain.rc == 1 and "foreign file" in plain.out, plain.out[-3000:]
+    assert plain.rc == 0 and f"no record for sm_90/{KERNEL} on 'fake GPU'" in plain.out \
+        and f"{KERNEL}@fake-gpu.json" in plain.out, plain.out[-3000:]
+    (tmp_path / "sm_90").mkdir()
+    (tmp_path / "sm_90" / f"{KERNEL}.json").write_text("{not json")
+    damaged = run_pytest(*args, f"--perf-baseline-dir={tmp_path}", env=_fake(seed=1))
+    assert damaged.rc == 0 and "record left out of the A/B run" in damaged.out and "corrupt" in damaged.out, \
+        damaged.out[-3000:]
+    # the note on thresholds says the record was left out, not that there is none
+    assert f"A/B: the record of sm_90/{KERNEL} left out: thresholds come from" in damaged.out, damaged.out[-3000:]
 
 
-def test_record_with_require_is_a_usage_error():
-    r = run_pytest(*BASE, "--perf-record", "--perf-require-baseline", env=_fake(seed=1))
-    assert r.rc == 4 and "--perf-record and --perf-require-baseline together" in r.out, r.out[-3000:]
+@pytest.mark.parametrize("target", [("suites/perf",), ("--pyargs", "decode_conformance.suites.perf")],
+                         ids=["path", "pyargs"])
+@pytest.mark.parametrize("options, said", [
+    (("--perf-record", "--perf-require-baseline"), "--perf-record and --perf-require-baseline together"),
+    (("--perf-record", f"--perf-reference={SPEC}"), f"--perf-record and --perf-reference={SPEC} together"),
+    (("--perf-require-baseline", "-n", "2"), "--perf-require-baseline under xdist (-n / --dist=load)"),
+    ((f"--perf-reference={SPEC}", "-n", "2"), "--perf-reference under xdist (-n / --dist=load)"),
+], ids=["record+require", "record+reference", "require under -n", "reference under -n"])
+def test_option_clashes_are_one_usage_error_in_both_forms(target, options, said):
+    """In the checkout's form and the installed one (--pyargs, the adopters' and the templates'):
+    pytest's usage error, once, before collection, exit 4 - not a traceback, and never a green
+    run under -n whose every cell skipped (the guard does not time on xdist workers)."""
+    r = run_pytest(*target, "--gpu-class=sm_90", f"--kernel={SPEC}", *options, env=_fake(seed=1))
+    errors = [ln for ln in r.out.splitlines() if ln.startswith("ERROR: ")]
+    assert r.rc == 4 and len(errors) == 1 and said in errors[0], r.out[-3000:]
+    assert "Traceback" not in r.out and "collected" not in r.out, r.out[-3000:]
 
 
 @pytest.mark.parametrize("spec, said", [

@@ -135,13 +135,14 @@ def test_conformance_job(adopter, tmp_path, kernel, green):
         assert "reproduce: `python -m pytest -p decode_conformance.plugin --pyargs" in job.summary, job.summary[:3000]
 
 
-def test_conformance_job_refuses_the_unpinned_placeholder(adopter, tmp_path):
+@pytest.mark.parametrize("job_name, next_step", [("conformance", "Parity"), ("perf", "Perf guard")])
+def test_each_job_refuses_the_unpinned_placeholder(adopter, tmp_path, job_name, next_step):
     _, _, _, head, wheel = adopter
-    vars = _vars(wheel)
+    vars = _vars(wheel, DECODE_CONFORMANCE_PERF_CLASSES='["sm_90"]')
     del vars["DECODE_CONFORMANCE_SOURCE"]  # the template's own default: YOUR-ORG@FULL-COMMIT-HASH
-    job = _run(adopter, tmp_path, "conformance", {"event_name": "push", "sha": head}, vars)
+    job = _run(adopter, tmp_path, job_name, {"event_name": "push", "sha": head}, vars)
     assert job.step("Install").outcome == "failure" and "pinned to a full commit hash" in job.step("Install").output
-    assert job.step("Parity").outcome == "skipped", job.text()
+    assert job.step(next_step).outcome == "skipped", job.text()
 
 
 def _pull_request(base: str, head: str) -> dict:
