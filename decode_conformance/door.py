@@ -31,7 +31,7 @@ def run(state, config, kp, scenario: str, case: Case, test: str, repro: str = ""
     `test` names the test in the reproduce line (state.repro_target); `repro` replaces the line
     where a case source has its own (a fuzz example)."""
     repro = repro or repro_command(kp.spec, case, state.case_set, state.device, test=test, pyargs=state.pyargs,
-                                  ledgers=state.repro_ledgers)
+                                  ledgers=state.repro_ledgers, extra_cases=tuple(state.extra_case_paths))
     with case_on_shared_gpu(case, state.device, state.workers_per_device):
         if state.isolation == "process":
             res = isolated_runner(state).run(kp.spec, case, scenario, name=kp.name)

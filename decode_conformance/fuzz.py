@@ -21,7 +21,9 @@ kind. Everything shrinks toward the simplest case: one short request, bf16, 1 KV
 
 Deterministic from the seed (hypothesis.seed; derandomize stays off so the seed matters) and
 with no deadline. With a database directory, failures found earlier replay first (keyed by
-kernel and profile): keep it in the adopter's repository to pin what was found.
+kernel and profile) while they fail: a run that passes them deletes their entries (hypothesis),
+so the directory speeds the next search up but pins nothing. A find is pinned by its case JSON
+in a file the adopter's runs name with --extra-cases (extra_cases.py), where it runs every time.
 """
 from __future__ import annotations
 
@@ -216,8 +218,10 @@ class FuzzOutcome:
             f"[{self.kernel}] fuzz: example {self.first_failure_at} failed; shrunk to {self.case.id} "
             f"({self.examples_run} runs in all, {self.seconds:.1f} s):",
             f"  {self.message}",
-            "  as a regression record (decode_conformance/regressions.py's REGRESSIONS, in a checkout of this project;"
-            " in your own repository a --fuzz-database folder replays this find first):",
+            "  pin it in your repository: append this line to a cases file your runs name with --extra-cases=FILE "
+            "(a --fuzz-database folder is no pin: runs that pass a find delete its entries):",
+            "  " + json.dumps(self.case.to_dict()),
+            "  as a regression record (decode_conformance/regressions.py's REGRESSIONS, in a checkout of this project):",
             self.record,
             "  reproduce this case:   " + self.reproduce[0],
             "  reproduce the search:  " + self.reproduce[1],

@@ -33,7 +33,8 @@ def add_options(group) -> None:
     group.addoption("--fuzz-seed", type=int, default=None, metavar="SEED",
                     help=f"fuzz mode: the seed every draw derives from (default ${SEED_ENV}, else 0)")
     group.addoption("--fuzz-database", default=None, metavar="DIR",
-                    help=f"fuzz mode: hypothesis example database directory (keep it in your repository: failures "
-                         f"found earlier replay first); default ${DATABASE_ENV}, else none")
+                    help=f"fuzz mode: hypothesis example database directory: failures found earlier replay first, "
+                         f"while they fail (runs that pass them delete their entries: pin a find with --extra-cases); default "
+                         f"${DATABASE_ENV}, else none")
     group.addoption("--fuzz-shrink-seconds", type=float, default=None, metavar="SECONDS",
                     help="fuzz mode: time allowed for shrinking a failure to a minimal case (default 600)")

@@ -47,11 +47,13 @@ def _device(device: Optional[str]) -> str:
     return "cuda" if has_gpu() else "cpu"
 
 
-def find_scenario_case(case_id: str, case_set: str = "parity", device: Optional[str] = None):
-    """(scenario name, Case) for this id: a case of `case_set` (scenario "parity"), or a fixed
-    case of another scenario (`determinism-...`, `batch-invariance-...`: their ids name them), built
-    for the device's profile (interpreter on cpu)."""
-    from .case_sets import build_set
+def find_scenario_case(case_id: str, case_set: str = "parity", device: Optional[str] = None,
+                       extra_cases: Optional[list] = None):
+    """(scenario name, Case) for this id: a case of `case_set` or of the adopter's `extra_cases`
+    files (default: $DECODE_CONFORMANCE_EXTRA_CASES; scenario "parity"), or a fixed case of another
+    scenario (`determinism-...`, `batch-invariance-...`: their ids name them), built for the
+    device's profile (interpreter on cpu)."""
+    from . import extra_cases as extra
     from .devices import profile_of
     from .scenarios import case_by_id, fixed_cases
     dev = _device(device)
@@ -62,7 +64,9 @@ def find_scenario_case(case_id: str, case_set: str = "parity", device: Optional[
     if found is not None:
         return found
     try:
-        cases = build_set(case_set, profile)
+        cases = extra.cases_of(case_set, profile, extra.paths_from(extra_cases or []))
+    except extra.ExtraCasesError as e:
+        raise UsageError(f"--extra-cases: {e}") from None
     except ValueError as e:
         raise UsageError(f"case set {case_set!r}: {e}") from None
     for c in cases:
@@ -73,7 +77,8 @@ def find_scenario_case(case_id: str, case_set: str = "parity", device: Optional[
     # a fuzz find prints an id like any other ("shrunk to ..."), but no set holds it
     json_form = "its JSON, the --case argument of the fuzz output's 'reproduce this case' line"
     drawn = (f"; a fuzz find has no fixed id: pass {json_form}" if case_set == "fuzz"
-             else f"; for a fuzz find, pass {json_form}")
+             else f"; for a fuzz find, pass {json_form}; for a trace's case, --case-set=trace:PATH; for one of "
+                  "your own, --extra-cases=PATH")
     raise UsageError(f"case id {case_id!r}: not in case set {case_set!r} nor a scenario's case ({profile} profile)"
                      + (f"; nearest: {', '.join(near)}" if near and case_set != "fuzz" else "") + drawn)
 
@@ -116,13 +121,14 @@ class OpenedCase:
     tier: object  # reference.TierResult: the same attention by torch at the kernel's precision tier
 
 
-def open_case(case_id: str, kernel=None, device: Optional[str] = None, case_set: str = "parity") -> OpenedCase:
+def open_case(case_id: str, kernel=None, device: Optional[str] = None, case_set: str = "parity",
+              extra_cases: Optional[list] = None) -> OpenedCase:
     """A case's inputs (in `kernel`'s window convention; counts-current without one) and its
     yardstick, computed from the pristine inputs as a run does."""
     from .runner import prepare, yardstick
     dev = _device(device)
     k = load(kernel, dev) if kernel is not None else _NoKernel()
-    case = find_case(case_id, case_set, dev)
+    case = find_scenario_case(case_id, case_set, dev, extra_cases)[1]
     batch = prepare(k, case, dev)
     ref, tier = yardstick(k, case, batch)
     return OpenedCase(case, batch, ref, tier)
@@ -218,7 +224,11 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel", default=None,
                     help="pkg.module:obj or a registered name (e.g. lean); without it only the inputs and the "
                          "reference are built")
-    ap.add_argument("--case-set", default="parity", help="the set the id comes from (default: parity)")
+    ap.add_argument("--case-set", default="parity", help="the set the id comes from (default: parity; a trace's "
+                                                          "case: trace:PATH)")
+    ap.add_argument("--extra-cases", action="append", default=[], metavar="PATH",
+                    help="your own cases files, searched after the set (repeatable; default: "
+                         "$DECODE_CONFORMANCE_EXTRA_CASES)")
     ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N; default: cuda when a GPU is visible")
     ap.add_argument("--save", default=None, metavar="FILE.pt", help="write every tensor to FILE.pt (torch.save)")
     ap.add_argument("--force", action="store_true",
@@ -229,7 +239,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     try:
         if a.kernel is None:
-            opened = open_case(a.case_id, None, a.device, a.case_set)
+            opened = open_case(a.case_id, None, a.device, a.case_set, a.extra_cases)
             r = opened.reference
             print(f"{opened.case.id}: {opened.case.batch} requests, visible keys {r.visible.tolist()}, "
                   f"out {tuple(r.out.shape)}, device {opened.batch.device}")
@@ -242,7 +252,7 @@ def main(argv=None) -> int:
             return 0
         dev = _device(a.device)
         kernel = load(a.kernel, dev)
-        scenario, case = find_scenario_case(a.case_id, a.case_set, dev)
+        scenario, case = find_scenario_case(a.case_id, a.case_set, dev, a.extra_cases)
         res = _run(kernel, scenario, case, dev, a.save, a.max_save_gib, a.force)
     except UsageError as e:
         print(f"usage error: {e}", file=sys.stderr)

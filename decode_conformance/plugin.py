@@ -29,6 +29,10 @@ def pytest_addoption(parser):
                 help="named case set: smoke, parity (default; $DECODE_CONFORMANCE_CASE_SET), full, fuzz (hypothesis: "
                      "suites/parity/test_fuzz.py), or trace:PATH (a FlashInfer-Trace workload JSONL)")
     g.addoption("--case-id", action="append", default=[], help="run only this exact case id (repeatable)")
+    g.addoption("--extra-cases", action="append", default=[], metavar="PATH",
+                help="your own cases, run beside the case set: a JSON Lines file, one case per line as a fuzz find "
+                     "prints it (repeatable; default: $DECODE_CONFORMANCE_EXTRA_CASES, paths separated by "
+                     f"'{os.pathsep}')")
     g.addoption("--device", default=None, help="cuda, cuda:N or cpu; default: cuda when a GPU is visible")
     g.addoption("--gpu-class", default=None, help="override the detected GPU class (e.g. sm_90, gfx942, cpu)")
     g.addoption("--ledger", action="append", default=[],

@@ -32,6 +32,12 @@ def _reason(report) -> str:
     return text.strip()
 
 
+def _clip(text: str, head: int = 1500, tail: int = 2500) -> str:
+    """A failure's text for a row: whole up to head + tail characters, else both ends - the
+    head holds the verdict (a fuzz find's 'shrunk to ...'), the tail a traceback's error."""
+    return text if len(text) <= head + tail else f"{text[:head]}\n...\n{text[-tail:]}"
+
+
 XPASS_STRICT = "[XPASS(strict)]"  # how pytest words a strict xfail that passed: a failed call report
 
 
@@ -50,7 +56,7 @@ def row_from_report(report, row: dict) -> Optional[dict]:
         row.update(status="quarantined" if reason.startswith("quarantined") else "skipped", message=reason)
         return row
     if report.when == "setup" and report.failed:
-        row.update(status="error", message=_reason(report)[-2000:])
+        row.update(status="error", message=_clip(_reason(report)))
         return row
     if report.when != "call":
         return None
@@ -67,7 +73,7 @@ def row_from_report(report, row: dict) -> Optional[dict]:
     else:
         row["status"] = "passed" if report.passed else "failed"
         if report.failed and "message" not in row:
-            row["message"] = _reason(report)[-2000:]
+            row["message"] = _clip(_reason(report))
     return row
 
 

@@ -69,7 +69,7 @@ PYTEST_COMMAND = ("python", "-m", "pytest", "-p", "decode_conformance.plugin")
 
 
 def repro_command(kernel_spec: str, case: Case, case_set: str, device: str, test: str,
-                  pyargs: bool = False, ledgers: tuple = ()) -> str:
+                  pyargs: bool = False, ledgers: tuple = (), extra_cases: tuple = ()) -> str:
     """The one-line command that re-runs exactly this case, in the form the run was invoked with:
     `test` names the test function (state.repro_target, _paths.suite_test) as a checkout path
     (`suites/parity/test_parity.py::test_parity`) or, with `pyargs`, as the installed module
@@ -77,12 +77,14 @@ def repro_command(kernel_spec: str, case: Case, case_set: str, device: str, test
     `python -m pytest`, not `pytest`: it puts the current folder on sys.path (an adopter's
     uninstalled kernel package imports) and runs in the environment whose `python` is first on
     PATH rather than whichever `pytest` script is. `ledgers`: the adopter's ledgers the run read
-    (state.RunState.repro_ledgers), as given (relative to where the line is pasted)."""
+    (state.RunState.repro_ledgers), as given (relative to where the line is pasted); `extra_cases`:
+    the adopter's case files the run read, which a case of theirs needs to be found again."""
     parts = list(PYTEST_COMMAND) + (["--pyargs"] if pyargs else []) + [test, f"--kernel={kernel_spec}",
                                                                       f"--case-set={case_set}", f"--case-id={case.id}"]
     if device != "cpu":
         parts.append(f"--device={device}")
     parts += [f"--ledger={p}" for p in ledgers]
+    parts += [f"--extra-cases={p}" for p in extra_cases]
     return " ".join(shlex.quote(p) for p in parts)
 
 

@@ -67,6 +67,7 @@ class RunState:
     device_memory: Optional[tuple[int, int]] = None  # (free, total) bytes of the device at start; None on the CPU
     perf_reference: Optional[KernelParam] = None  # --perf-reference, the perf guard's A/B reference
     ledger_named: bool = False  # by --ledger or $DECODE_CONFORMANCE_LEDGER: the adopter's, not the shipped one
+    extra_case_paths: list[str] = field(default_factory=list)  # --extra-cases (extra_cases.py)
 
     @property
     def repro_ledgers(self) -> tuple[str, ...]:
@@ -85,8 +86,8 @@ class RunState:
     @cached_property
     def cases(self) -> list:
         """The selected case set (and --case-id filter), validated when the state was built."""
-        from .case_sets import build_set
-        cases = build_set(self.case_set, self.profile)
+        from .extra_cases import cases_of
+        cases = cases_of(self.case_set, self.profile, self.extra_case_paths)
         if self.case_ids:
             wanted = set(self.case_ids)
             cases = [c for c in cases if c.id in wanted]
@@ -279,10 +280,13 @@ def _load_kernels(specs: list[str], device: str, source: str = "--kernel") -> li
     return out
 
 
-def _validate_case_selection(case_set: str, case_ids: list[str], profile: str) -> None:
-    from .case_sets import build_set, set_names
+def _validate_case_selection(case_set: str, case_ids: list[str], profile: str, extra_paths: list[str]) -> None:
+    from .case_sets import TRACE_PREFIX, set_names
+    from .extra_cases import ExtraCasesError, cases_of
     try:
-        cases = build_set(case_set, profile)
+        cases = cases_of(case_set, profile, extra_paths)
+    except ExtraCasesError as e:
+        raise pytest.UsageError(f"--extra-cases: {e}") from None
     except ValueError as e:
         raise pytest.UsageError(f"--case-set={case_set}: {e}") from None
     if not case_ids:
@@ -302,7 +306,7 @@ def _validate_case_selection(case_set: str, case_ids: list[str], profile: str) -
         return
     other = "gpu" if profile == "interpreter" else "interpreter"
     try:
-        other_ids = ids(other, build_set(case_set, other))
+        other_ids = ids(other, cases_of(case_set, other, extra_paths))
     except ValueError:
         other_ids = ids(other, [])
     lines = []
@@ -315,7 +319,8 @@ def _validate_case_selection(case_set: str, case_ids: list[str], profile: str) -
         lines.append(f"  {w}: not in case set {case_set!r} ({profile})" +
                      (f"; nearest: {', '.join(near)}" if near else ""))
     raise pytest.UsageError("--case-id: unknown case id(s)\n" + "\n".join(lines) +
-                            f"\n(case sets: {', '.join(set_names())})")
+                            f"\n(case sets: {', '.join(set_names())}, {TRACE_PREFIX}PATH; your own cases: "
+                            "--extra-cases=PATH)")
 
 
 def _device_memory(device: str) -> Optional[tuple[int, int]]:
@@ -447,7 +452,9 @@ def build_state(config, runs_cases: bool = True) -> RunState:
         profile = devices.profile_of(device)
         case_set = config.getoption("--case-set") or os.environ.get("DECODE_CONFORMANCE_CASE_SET") or "parity"
         case_ids = list(config.getoption("--case-id") or [])
-        _validate_case_selection(case_set, case_ids, profile)
+        from .extra_cases import paths_from
+        extra_case_paths = paths_from(config.getoption("--extra-cases"))
+        _validate_case_selection(case_set, case_ids, profile, extra_case_paths)
         kernels = _load_kernels(specs, device, kernel_source(config))
         # loaded here, not by the perf suite's session fixture: a reference that does not load is
         # then one usage error before collection, as a --kernel is
@@ -463,7 +470,8 @@ def build_state(config, runs_cases: bool = True) -> RunState:
                     ledger_paths=ledger_paths, ledger_named=ledger_named, isolation=isolation, case_timeout=timeout,
                     pyargs=bool(config.getoption("pyargs", False)),
                     require_cases=bool(config.getoption("--require-cases")), case_ids=case_ids, runner=runner,
-                    workers_per_device=workers_sharing_device(), device_memory=memory, perf_reference=perf_reference)
+                    workers_per_device=workers_sharing_device(), device_memory=memory, perf_reference=perf_reference,
+                    extra_case_paths=extra_case_paths)
 
 
 def list_kernels(config) -> int:

@@ -135,6 +135,22 @@ def test_conformance_job(adopter, tmp_path, kernel, green):
         assert "reproduce: `python -m pytest -p decode_conformance.plugin --pyargs" in job.summary, job.summary[:3000]
 
 
+def test_conformance_job_runs_the_adopters_own_cases(adopter, tmp_path):
+    """DECODE_CONFORMANCE_EXTRA_CASES names a cases file of the adopter's repository (a path in
+    it, as the ledger's); its cases join the set the job runs from its empty folder."""
+    import json
+
+    from decode_conformance.cases import Case
+    _, work, _, head, wheel = adopter
+    pinned = Case("bf16", 2, 1, 64, (37, 5), seed=4242)
+    (work / "conformance").mkdir(exist_ok=True)
+    (work / "conformance" / "cases.jsonl").write_text("# a find of ours\n" + json.dumps(pinned.to_dict()) + "\n")
+    job = _run(adopter, tmp_path, "conformance", {"event_name": "workflow_dispatch", "sha": head},
+               _vars(wheel, DECODE_CONFORMANCE_EXTRA_CASES="conformance/cases.jsonl"), inputs={"case_set": "smoke"})
+    assert job.step("Parity").outcome == "success", job.text()
+    assert pinned.id in (work / "reports" / "sm_90-parity.xml").read_text(), job.text()
+
+
 @pytest.mark.parametrize("job_name, next_step", [("conformance", "Parity"), ("perf", "Perf guard")])
 def test_each_job_refuses_the_unpinned_placeholder(adopter, tmp_path, job_name, next_step):
     _, _, _, head, wheel = adopter
