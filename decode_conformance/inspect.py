@@ -93,9 +93,10 @@ def _case_from_json(text: str):
         raise UsageError(f"case JSON: {e}") from None
 
 
-def find_case(case_id: str, case_set: str = "parity", device: Optional[str] = None):
+def find_case(case_id: str, case_set: str = "parity", device: Optional[str] = None,
+              extra_cases: Optional[list] = None):
     """The Case with this id (see find_scenario_case)."""
-    return find_scenario_case(case_id, case_set, device)[1]
+    return find_scenario_case(case_id, case_set, device, extra_cases)[1]
 
 
 def load(kernel, device: Optional[str] = None):
@@ -128,7 +129,7 @@ def open_case(case_id: str, kernel=None, device: Optional[str] = None, case_set:
     from .runner import prepare, yardstick
     dev = _device(device)
     k = load(kernel, dev) if kernel is not None else _NoKernel()
-    case = find_scenario_case(case_id, case_set, dev, extra_cases)[1]
+    case = find_case(case_id, case_set, dev, extra_cases)
     batch = prepare(k, case, dev)
     ref, tier = yardstick(k, case, batch)
     return OpenedCase(case, batch, ref, tier)

@@ -377,8 +377,9 @@ def _ledger_warnings(s) -> list[str]:
         return []
     from .case_sets import build_set
     from .devices import PROFILES
+    from .extra_cases import cases_of
     from .scenarios import fixed_cases
-    ids = {c.id for c in build_set(s.case_set, s.profile)}  # a trace: set's own workloads
+    ids = {c.id for c in cases_of(s.case_set, s.profile, s.extra_case_paths)}  # a trace's workloads, your own cases
     for profile in PROFILES:
         ids |= {c.id for c in build_set("full", profile)}
         ids |= {c.id for cs in fixed_cases(profile).values() for c in cs}

@@ -123,3 +123,17 @@ def test_load_keeps_order_and_each_id_once(tmp_path, find):
     f.write_text("\n".join([line, other, line]) + "\n")
     got = extra_cases.load([str(f)])
     assert [c.seed for c in got] == [case.seed, 9]
+
+
+def test_a_ledger_entry_about_a_pinned_case_applies_and_is_not_stale(tmp_path, find):
+    """The adopter's ledger may accept a failure of their own case (a known bug, with its issue):
+    the entry marks it xfail and is not warned about as matching no shipped case."""
+    case, line = find
+    f = _pinned(tmp_path, line)
+    ledger = tmp_path / "known.toml"
+    ledger.write_text(f'[[entry]]\nkernel = "toy_ignores_caller_scale"\ncase = "{case.id}"\nkind = "xfail"\n'
+                      'reason = "the caller\'s scale ignored"\nissue = "https://example.com/issues/1"\n')
+    r = run_pytest("suites/parity/test_parity.py", "-p", "no:xdist", "-q", f"--kernel={PLANTED}",
+                   f"--extra-cases={f}", f"--case-id={case.id}", f"--ledger={ledger}", env=ENV)
+    assert r.rc == 0 and r.out.splitlines()[-1].startswith("1 xfailed"), r.out[-3000:]
+    assert "matches no case" not in r.out, r.out[-3000:]
