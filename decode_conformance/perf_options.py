@@ -23,20 +23,19 @@ def add_options(group) -> None:
                          "perf.json into DIR (benchmarks/plot_perf.py plots perf.json)")
 
 
-def check(config) -> None:
+def check(config, dist_mode: str) -> None:
     """Option combinations that cannot mean anything: one usage error naming both. Called by the
     plugin's pytest_configure, so it holds for `pytest suites/perf` and `--pyargs` alike (a
     conftest's pytest_configure runs at collection under --pyargs, where pytest prints a usage
-    error as a traceback)."""
+    error as a traceback). `dist_mode`: xdist's --dist ('no' without workers)."""
     import pytest
     record, require = config.getoption("--perf-record"), config.getoption("--perf-require-baseline")
     ref = config.getoption("--perf-reference")
-    dist = getattr(config.option, "dist", "no") or "no"
     modes = [f"--perf-{m}" for m, on in (("record", record), ("require-baseline", require), ("reference", ref)) if on]
-    if modes and dist != "no" and getattr(config, "workerinput", None) is None:
+    if modes and dist_mode != "no" and getattr(config, "workerinput", None) is None:
         # the perf tests skip on xdist workers (they would share the GPU while timing): a CI run
         # of the guard under -n would pass having timed nothing
-        raise pytest.UsageError(f"{modes[0]} under xdist (-n / --dist={dist}): the perf guard never times on xdist "
+        raise pytest.UsageError(f"{modes[0]} under xdist (-n / --dist={dist_mode}): the perf guard never times on xdist "
                                 "workers, which would share the GPU, so every perf cell would skip and the run pass "
                                 "having timed nothing; run the perf suite without -n (or with -n 0)")
     if record and require:

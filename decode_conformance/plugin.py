@@ -99,6 +99,11 @@ def pytest_configure_node(node):
 
 # ---- configuration ---------------------------------------------------------------------------
 
+def _dist_mode(config) -> str:
+    """xdist's --dist mode, set from -n before pytest_configure: 'no' without xdist or workers."""
+    return getattr(config.option, "dist", "no") or "no"
+
+
 def _quiet_benchmark_under_xdist(config) -> None:
     """Under xdist pytest-benchmark disables itself (timing on shared workers is not timing), and
     some releases say so once per worker process in every parity run (seen: seven times in one H200
@@ -106,7 +111,7 @@ def _quiet_benchmark_under_xdist(config) -> None:
     changes nothing but the noise. Runs before pytest-benchmark's own configure (trylast there);
     --benchmark-enable still wins."""
     import os
-    under_xdist = (getattr(config.option, "dist", "no") or "no") != "no" or bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    under_xdist = _dist_mode(config) != "no" or bool(os.environ.get("PYTEST_XDIST_WORKER"))
     if under_xdist and hasattr(config.option, "benchmark_disable"):
         config.option.benchmark_disable = True
 
@@ -122,13 +127,13 @@ def pytest_configure(config):
         config.addinivalue_line("markers", line)
     _quiet_benchmark_under_xdist(config)
     from . import perf_options
-    perf_options.check(config)
+    perf_options.check(config, _dist_mode(config))
     from .state import conformance_requested
     if config.getoption("--list-kernels"):
         return
     worker = getattr(config, "workerinput", None)
     if (worker is not None and worker.get(_WORKER_FLAG)) or (worker is None and conformance_requested(config)):
-        runs_cases = worker is not None or (getattr(config.option, "dist", "no") or "no") == "no"
+        runs_cases = worker is not None or _dist_mode(config) == "no"
         s = state_of(config, activate=True, runs_cases=runs_cases and not config.option.collectonly)
         if worker is None and not config.option.collectonly:
             _start_compile_ahead(config, s)
@@ -377,9 +382,8 @@ def _ledger_warnings(s) -> list[str]:
         return []
     from .case_sets import build_set
     from .devices import PROFILES
-    from .extra_cases import cases_of
     from .scenarios import fixed_cases
-    ids = {c.id for c in cases_of(s.case_set, s.profile, s.extra_case_paths)}  # a trace's workloads, your own cases
+    ids = {c.id for c in s.set_cases}  # a trace's workloads, your own cases
     for profile in PROFILES:
         ids |= {c.id for c in build_set("full", profile)}
         ids |= {c.id for cs in fixed_cases(profile).values() for c in cs}

@@ -84,10 +84,15 @@ class RunState:
         return devices.device_type(self.device)
 
     @cached_property
-    def cases(self) -> list:
-        """The selected case set (and --case-id filter), validated when the state was built."""
+    def set_cases(self) -> list:
+        """The case set with the adopter's --extra-cases, validated when the state was built."""
         from .extra_cases import cases_of
-        cases = cases_of(self.case_set, self.profile, self.extra_case_paths)
+        return cases_of(self.case_set, self.profile, self.extra_case_paths)
+
+    @cached_property
+    def cases(self) -> list:
+        """The cases this run runs: the set after the --case-id filter."""
+        cases = self.set_cases
         if self.case_ids:
             wanted = set(self.case_ids)
             cases = [c for c in cases if c.id in wanted]
