@@ -89,9 +89,9 @@ class Verdict:
 
     def summary(self) -> str:
         head = "PASS" if self.passed else "FAIL: " + "; ".join(self.failures)
-        return (f"{head} | worst row {self.worst_row} at {self.worst_row_ratio:.3g}x its budget "
+        return (f"{head} | worst row {self.worst_row} at {_times(self.worst_row_ratio)}x its budget "
                 f"(L2 err {self.worst_row_err:.3g}), cosine={self.cosine:.6f} lse_err={self.lse_err:.3g}"
-                + (f" ({self.lse_ratio:.3g}x its budget)" if math.isfinite(self.lse_ratio) else "")
+                + (f" ({_times(self.lse_ratio)}x its budget)" if math.isfinite(self.lse_ratio) else "")
                 + f" nonfinite_out={self.nonfinite}")  # output elements; a non-finite LSE is said above
 
     def to_dict(self) -> dict:
@@ -106,6 +106,23 @@ class Verdict:
 
 def _num(x: float):
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def _times(ratio: float) -> str:
+    """A ratio to a budget, with the digits that keep one over the budget from reading as 1x."""
+    text = f"{ratio:.3g}"
+    return f"{ratio:.6g}" if ratio > 1.0 and float(text) <= 1.0 else text
+
+
+def _keys(visible: int, length: int) -> str:
+    """A row's keys as the kernel had to read them: a window shows fewer than the request holds."""
+    return f"{length} keys" if visible == length else f"{visible} visible of {length} keys"
+
+
+def _requests(rows: torch.Tensor, shown: int = 8) -> str:
+    """The indices of a [B] mask's true rows, the first `shown` of them."""
+    idx = rows.nonzero().flatten().tolist()
+    return ", ".join(map(str, idx[:shown])) + (f" (+{len(idx) - shown} more)" if len(idx) > shown else "")
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -205,10 +222,10 @@ def judge(case: Case, out: torch.Tensor, lse: Optional[torch.Tensor], ref_out: t
         v.failures.append(f"{v.nonfinite} non-finite output elements")
     empty = ~vis
     if bool(empty.any()):
-        bad = o[empty]
-        if not bool((bad == 0).all()):
+        nonzero = (o != 0).flatten(1).any(-1) & empty
+        if bool(nonzero.any()):
             v.failures.append("rows with no visible key must be exactly zero (CUDA-graph padding rows); got "
-                              f"{int((bad != 0).sum())} non-zero elements")
+                              f"{int((o[empty] != 0).sum())} non-zero elements, in request(s) {_requests(nonzero)}")
     if bool(vis.any()):
         v.cosine = cosine(torch.where(finite, o.double(), 0.0)[vis], ref_out[vis])
         budget = row_budget(ref_out, tier_out, visible, case.q_dtype, th.budget_ratio)
@@ -221,8 +238,8 @@ def judge(case: Case, out: torch.Tensor, lse: Optional[torch.Tensor], ref_out: t
         if v.rows_over:
             v.failures.append(
                 f"{v.rows_over} of {int(vis.sum()) * excess.shape[1]} (request, head) rows over their error budget; "
-                f"worst (b={b}, h={h}, {case.seq_lens[b]} keys): L2 error {v.worst_row_err:.3g} is "
-                f"{v.worst_row_ratio:.3g}x its budget ({th.budget_ratio:g}x the torch error of that row + its ulp floor)")
+                f"worst (b={b}, h={h}, {_keys(int(visible[b]), case.seq_lens[b])}): L2 error {v.worst_row_err:.3g} "
+                f"is {_times(v.worst_row_ratio)}x its budget ({th.budget_ratio:g}x the torch error of that row + its ulp floor)")
     if lse is not None:
         _judge_lse(case, v, lse.detach().to(dev), ref_lse, visible.to(dev), vis, tier_lse, lse_slack, sinks, th)
     v.passed = not v.failures
@@ -250,19 +267,21 @@ def _judge_lse(case, v: Verdict, lse, ref_lse, visible, vis, tier_lse, slack, si
                 h = worst % lz.shape[1]
                 v.failures.append(
                     f"{int(over.sum())} of {int(vis.sum()) * lz.shape[1]} rows' LSE over budget; worst (b={b}, h={h}): "
-                    f"off by {float(e.flatten()[worst]):.3g} (natural log), {float(ratio.flatten()[worst]):.3g}x its "
+                    f"off by {float(e.flatten()[worst]):.3g} (natural log), {_times(float(ratio.flatten()[worst]))}x its "
                     f"budget {float(allow[vis].flatten()[worst]):.3g} ({th.budget_ratio:g}x the tier's own LSE error "
                     "of that row + its fp32 rounding floor)")
     empty = ~vis
     if bool(empty.any()):
         got = lz[empty]
         if sinks is None:
-            ok = bool(torch.isneginf(got).all())
+            wrong = ~torch.isneginf(lz)
             want = "-inf"
         else:
-            expect = sinks.to(lz.device).double()[None, :].expand_as(lz)[empty]
-            ok = bool(((got - expect).abs() <= allow[empty]).all())
+            expect = sinks.to(lz.device).double()[None, :].expand_as(lz)
+            wrong = ~((lz - expect).abs() <= allow)
             want = "the sink's logit"
-        if not ok:
-            v.failures.append(f"LSE of rows with no visible key must be {want}; got "
-                              f"{got[:4].tolist() if got.numel() else got.tolist()}")
+        wrong_rows = wrong.any(-1) & empty
+        if bool(wrong_rows.any()):
+            first = int(wrong_rows.nonzero()[0])
+            v.failures.append(f"LSE of rows with no visible key must be {want}; request(s) {_requests(wrong_rows)} "
+                              f"are not (b={first}: {lz[first][:4].tolist()}{' ...' if lz.shape[1] > 4 else ''})")

@@ -111,6 +111,9 @@ def test_fuzz_finds_and_shrinks_the_planted_bug(demo):
     assert out.failed, "the planted bug was not found within the documented budget"
     c = out.case
     assert c.scale is not None and c.batch == 1 and c.seq_lens == (1,), c.id
+    # a bug of the scale alone shrinks to the plain shape, not to MLA (whose branch drew fewer
+    # choices, so hypothesis's shortest sequence was an MLA case until 2026-12-07)
+    assert not c.mla and c.head_dim == fz.HEAD_DIMS[0] and c.num_q_heads == 1, c.id
     assert "LSE" in out.message
     assert out.reproduce[0].startswith("python -m decode_conformance.fuzz --kernel toy_decode:IgnoresCallerScale")
     assert "--case-set=fuzz --fuzz-seed=0 --fuzz-examples=200 --fuzz-database=" in out.reproduce[1]

@@ -78,7 +78,7 @@ def test_padding_row_must_be_zero():
     out = ref.out.to(torch.bfloat16)
     out[1] = 1e-3  # request 1 has length 0
     v = _judge(out, ref.lse.float(), ref, tier)
-    assert not v.passed and any("exactly zero" in f for f in v.failures)
+    assert not v.passed and any("exactly zero" in f and "in request(s) 1" in f for f in v.failures), v.failures
 
 
 def test_padding_row_lse_must_be_minus_inf_or_the_sink():
@@ -86,7 +86,8 @@ def test_padding_row_lse_must_be_minus_inf_or_the_sink():
     lse = ref.lse.float().clone()
     lse[1] = 0.0  # a kernel that leaves 0 instead of -inf on an empty row
     v = _judge(ref.out.to(torch.bfloat16), lse, ref, tier)
-    assert not v.passed and any("no visible key must be -inf" in f for f in v.failures)
+    assert not v.passed and any("no visible key must be -inf; request(s) 1 are not" in f for f in v.failures), \
+        v.failures
     case = CASE.replace(sinks=True)
     b, ref, tier = _setup(case)
     good = _judge(ref.out.to(torch.bfloat16), ref.lse.float(), ref, tier, case, b.sinks)
@@ -138,3 +139,28 @@ def test_lse_budget_follows_the_row():
     assert bool((allow[vis] < 1e-4).all()), allow[vis].max()
     floor = lse_budget(ref.lse, None, ref.visible)
     assert float(floor[0].min()) > float(floor[3].max()), "300 keys allow more than 77"
+
+
+def test_a_windowed_rows_message_counts_the_keys_it_sees():
+    """A window bug's worst row is read with the keys the kernel had to read, not the request's."""
+    case = CASE.replace(window=63)
+    b, ref, tier = _setup(case)
+    out = ref.out.clone()
+    out[0] *= 0.9
+    v = _judge(out.to(torch.bfloat16), ref.lse.float(), ref, tier, case)
+    assert not v.passed and v.worst_row[0] == 0
+    assert any("63 visible of 300 keys" in f for f in v.failures), v.failures
+    unwindowed = _judge(out.to(torch.bfloat16), ref.lse.float(), *_setup()[1:])
+    assert any("(b=0, h=" in f and ", 300 keys)" in f for f in unwindowed.failures), unwindowed.failures
+
+
+def test_a_row_just_over_its_budget_never_reads_as_1x():
+    b, ref, tier = _setup()
+    budget = row_budget(ref.out, tier.outs, ref.visible, torch.bfloat16)
+    out = ref.out.double().clone()
+    d = out.shape[-1]
+    per_element = 1.0004 / max(math.sqrt(d) / float(budget.l2[2, 5]), 1.0 / float(budget.max[2, 5]))
+    out[2, 5] += per_element  # the row's error 1.0004x its budget
+    v = _judge(out, ref.lse.float(), ref, tier)
+    assert not v.passed and v.rows_over == 1 and 1.0 < v.worst_row_ratio < 1.001, v.summary()
+    assert any(" is 1.0004x its budget" in f for f in v.failures), v.failures
