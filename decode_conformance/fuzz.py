@@ -78,23 +78,25 @@ def case_strategy(caps, profile: str = "interpreter", device_type: str = "cpu", 
     @st.composite
     def draw_case(draw):
         kv_dtype = draw(st.sampled_from(dtypes))
-        # The head structure is drawn first and an MLA case draws more on top of it: hypothesis
-        # shrinks to the shortest choice sequence, so with MLA's fewer draws first a bug that has
-        # nothing to do with MLA was shrunk to a 576/512 MLA case.
+        # Both head structures are drawn whichever the case takes, the MLA flag (False first)
+        # between them, so one choice sequence differs from another case's only where the cases
+        # differ: hypothesis shrinks to the shortest, then smallest sequence, and while MLA's branch
+        # drew fewer choices a bug unrelated to MLA shrank to a 576/512 MLA case.
         if head_dims:
             head_dim = v_head_dim = draw(st.sampled_from(head_dims))
             kv_heads = draw(st.integers(1, MAX_KV_HEADS[profile]))
             q_heads = kv_heads * draw(st.integers(1, MAX_GROUP))
         mla_dims = [(dk, dv) for dk, dv in MLA_DIMS if caps.head_dims is None or dk in caps.head_dims]
         mla = bool(caps.mla and mla_dims and draw(st.booleans()))
+        if caps.mla and mla_dims:
+            mla_shape = draw(st.sampled_from(mla_dims)), draw(st.integers(1, MAX_MLA_HEADS[profile]))
         if mla:
-            head_dim, v_head_dim = draw(st.sampled_from(mla_dims))
-            kv_heads, q_heads = 1, draw(st.integers(1, MAX_MLA_HEADS[profile]))
+            (head_dim, v_head_dim), kv_heads, q_heads = mla_shape[0], 1, mla_shape[1]
         else:
             assume(head_dims)
         layout = draw(st.sampled_from(layouts))
         page = 1 if layout == "contig" else draw(st.sampled_from(page_sizes))
-        combined = bool(layout == "paged" and not mla and draw(st.booleans()))
+        combined = bool(layout == "paged" and draw(st.booleans()) and not mla)
         marks = [n for n in _boundaries(profile, page) if n <= max_len]
         one_len = st.one_of(st.integers(1, min(max_len, 64)), st.sampled_from(marks), st.integers(0, max_len))
         lens = tuple(draw(st.lists(one_len, min_size=1, max_size=MAX_BATCH)))

@@ -12,6 +12,9 @@ perf guard times it. Point the suite at it with `--kernel=pkg.module:obj`,
 """
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import functools
 import importlib
 import os
 import traceback
@@ -199,35 +202,37 @@ class Capabilities:
         return self.fp8_math == FP8_Q_AND_P
 
     def missing_for(self, case: Case, device_type: str) -> list[str]:
-        """Every capability `case` needs that this kernel lacks, as readable reasons."""
+        """Every capability `case` needs that this kernel lacks, as readable reasons, each ending
+        in the field that would declare it: "kv dtype e4m3 [kv_dtypes]"."""
         if self.unavailable:  # nothing else matters (and one reason groups the skips in -rs)
             return [self.unavailable]
         miss = []
         if case.kv_dtype not in self.kv_dtypes:
-            miss.append(f"kv dtype {case.kv_dtype}")
+            miss.append(f"kv dtype {case.kv_dtype} [kv_dtypes]")
         if case.layout not in self.layouts:
-            miss.append(f"layout {case.layout}")
+            miss.append(f"layout {case.layout} [layouts]")
         if case.layout == "paged" and self.page_sizes is not None and case.page_size not in self.page_sizes:
-            miss.append(f"page size {case.page_size}")
+            miss.append(f"page size {case.page_size} [page_sizes]")
         if self.head_dims is not None and case.head_dim not in self.head_dims:
-            miss.append(f"head dim {case.head_dim}")
+            miss.append(f"head dim {case.head_dim} [head_dims]")
         if self.gqa_groups is not None and case.group not in self.gqa_groups:
-            miss.append(f"GQA group {case.group} (supported: {', '.join(str(g) for g in sorted(self.gqa_groups))})")
-        miss += [why for why in (r.violation(case) for r in self.shape_rules) if why]
+            miss.append(f"GQA group {case.group} (supported: {', '.join(str(g) for g in sorted(self.gqa_groups))}) "
+                        "[gqa_groups]")
+        miss += [f"{why} [shape_rules]" for why in (r.violation(case) for r in self.shape_rules) if why]
         if self.input_forms is not None and case.inputs not in self.input_forms:
-            miss.append(f"input form {case.inputs} (supported: {', '.join(sorted(self.input_forms))})")
+            miss.append(f"input form {case.inputs} (supported: {', '.join(sorted(self.input_forms))}) [input_forms]")
         if case.window is not None and self.window_convention is None:
-            miss.append("sliding window")
+            miss.append("sliding window [window_convention]")
         if case.mla and not self.mla:
-            miss.append("MLA rope split")
+            miss.append("MLA rope split [mla]")
         if case.softcap is not None and not self.softcap:
-            miss.append("soft-cap")
+            miss.append("soft-cap [softcap]")
         if case.sinks and not self.sinks:
-            miss.append("attention sinks")
+            miss.append("attention sinks [sinks]")
         if device_type not in self.devices:
-            miss.append(f"device {device_type}")
+            miss.append(f"device {device_type} [devices]")
         if case.min_pool_bytes and self.max_pool_bytes is not None and case.min_pool_bytes > self.max_pool_bytes:
-            miss.append(f"KV pools past {self.max_pool_bytes} bytes")
+            miss.append(f"KV pools past {self.max_pool_bytes} bytes [max_pool_bytes]")
         return miss
 
     def describe(self) -> str:
@@ -254,6 +259,25 @@ class Capabilities:
         return " ".join(parts)
 
 
+def _named_fields_only(init):
+    """Capabilities' generated __init__, with an unknown keyword named beside the fields there are
+    (Python's own TypeError names only the keyword)."""
+    @functools.wraps(init)
+    def checked(self, *args, **kwargs):
+        known = [f.name for f in dataclasses.fields(Capabilities)]
+        unknown = [k for k in kwargs if k not in known]
+        if unknown:
+            hints = [f"{k!r} (did you mean {near[0]!r}?)" if (near := difflib.get_close_matches(k, known, n=1))
+                     else repr(k) for k in unknown]
+            raise TypeError(f"Capabilities: no field {', '.join(hints)}; its fields: {', '.join(known)} "
+                            "(help(decode_conformance.Capabilities) says what each means)")
+        init(self, *args, **kwargs)
+    return checked
+
+
+Capabilities.__init__ = _named_fields_only(Capabilities.__init__)
+
+
 @runtime_checkable
 class DecodeKernel(Protocol):
     name: str
@@ -273,6 +297,12 @@ def resolve_kernel(obj, spec: str) -> DecodeKernel:
         if not callable(obj):
             raise KernelLoadError(f"kernel spec {spec!r}: names a {type(obj).__name__}, not a kernel, a kernel class "
                                   "or a zero-argument factory (expected an object with name, caps, plan(batch))")
+        needed = _required_parameters(obj)
+        if needed:
+            raise KernelLoadError(f"kernel spec {spec!r}: names a {'class' if isinstance(obj, type) else 'callable'} "
+                                  f"that needs arguments ({', '.join(needed)}): not a kernel, a kernel class or a "
+                                  "zero-argument factory (expected an object with name, caps, plan(batch); the "
+                                  "kernel function itself belongs inside plan's launch)")
         what = "instantiating the class" if isinstance(obj, type) else "calling the factory"
         try:
             obj = obj()
@@ -282,6 +312,17 @@ def resolve_kernel(obj, spec: str) -> DecodeKernel:
             raise KernelLoadError(f"kernel spec {spec!r}: {what} failed:\n{_trimmed(e)}") from e
     check_kernel(obj, spec)
     return obj
+
+
+def _required_parameters(obj) -> list[str]:
+    """The parameters a call with no arguments would miss ([] where the signature is unknown)."""
+    import inspect
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in sig.parameters.values() if p.default is p.empty
+            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
 def _trimmed(e: BaseException, user_frames_only: bool = False) -> str:
@@ -300,16 +341,44 @@ def load_kernel(spec: str) -> DecodeKernel:
     mod_name, attr = spec.split(":", 1)
     try:
         mod = importlib.import_module(mod_name)
+    except ModuleNotFoundError as e:
+        if e.name and (mod_name == e.name or mod_name.startswith(e.name + ".")):
+            raise KernelLoadError(_no_such_module(spec, e.name)) from None
+        raise KernelLoadError(_import_failed(spec, mod_name, e)) from e
     except Exception as e:
-        raise KernelLoadError(f"kernel spec {spec!r}: cannot import {mod_name}: {type(e).__name__}: {e}\n"
-                              f"  where (import machinery and this package's frames left out):\n"
-                              f"{_trimmed(e, user_frames_only=True)}") from e
-    obj = mod
+        raise KernelLoadError(_import_failed(spec, mod_name, e)) from e
+    obj, path = mod, mod_name
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise KernelLoadError(f"kernel spec {spec!r}: {mod_name} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            near = difflib.get_close_matches(part, names, n=3, cutoff=0.6)
+            raise KernelLoadError(f"kernel spec {spec!r}: {path} has no attribute {part!r}"
+                                  + (f"; did you mean {', '.join(map(repr, near))}?" if near else ""))
+        obj, path = getattr(obj, part), f"{path}.{part}"
     return resolve_kernel(obj, spec)
+
+
+def _import_failed(spec: str, mod_name: str, e: BaseException) -> str:
+    return (f"kernel spec {spec!r}: cannot import {mod_name}: {type(e).__name__}: {e}\n"
+            f"  where (import machinery and this package's frames left out):\n{_trimmed(e, user_frames_only=True)}")
+
+
+def _no_such_module(spec: str, missing: str) -> str:
+    """The spec's own module (or a package above it) does not exist: name it, and the modules
+    its parent package does have that come close."""
+    import importlib.util
+    import pkgutil
+    parent, _, leaf = missing.rpartition(".")
+    where = ""
+    if parent:
+        found = importlib.util.find_spec(parent)
+        if found is not None and found.submodule_search_locations:
+            names = [m.name for m in pkgutil.iter_modules(found.submodule_search_locations)]
+            near = difflib.get_close_matches(leaf, names, n=3, cutoff=0.6)
+            where = (f"; {parent} ({list(found.submodule_search_locations)[0]}) has "
+                     + (f"{', '.join(map(repr, near))} - did you mean {parent}.{near[0]}?" if near
+                        else f"modules {', '.join(sorted(names)) or '(none)'}"))
+    return f"kernel spec {spec!r}: no module named {missing!r}{where}"
 
 
 def check_kernel(obj, origin: str = "") -> None:

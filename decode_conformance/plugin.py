@@ -397,11 +397,17 @@ def _ledger_not_checked(s) -> str:
     not a warning (one ledger serves every kernel's job), but where a renamed kernel shows."""
     if not s.ledger_named:
         return ""  # the shipped ledger names this package's kernels
-    other = s.ledger.elsewhere(k.name for k in s.kernels)
+    import difflib
+    tested = [k.name for k in s.kernels]
+    other = s.ledger.elsewhere(tested)
     if not other:
         return ""
+
+    def named(entry) -> str:
+        near = difflib.get_close_matches(entry.kernel, tested, n=1, cutoff=0.75)
+        return f"{entry.kernel!r} ({entry.source}" + (f"; did you mean {near[0]!r}?)" if near else ")")
     return (f"ledger: {len(other)} entr{'y' if len(other) == 1 else 'ies'} about kernels this run does not test, "
-            f"not checked: " + "; ".join(f"{e.kernel!r} ({e.source})" for e in other))
+            f"not checked: " + "; ".join(map(named, other)))
 
 
 _PARTIAL = pytest.StashKey[object]()

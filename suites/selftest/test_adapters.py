@@ -187,7 +187,7 @@ def test_flashinfer_cuda_core_declares_its_group_sizes(fake_fi):
                 if c.group not in FI_CAPS.gqa_groups and not dataclasses.replace(FI_CAPS, gqa_groups=None)
                 .missing_for(c, "cuda"))
     assert fake_fi.caps.missing_for(case, "cuda") == [
-        f"GQA group {case.group} (supported: 1, 2, 3, 4, 6, 8, 16)"]
+        f"GQA group {case.group} (supported: 1, 2, 3, 4, 6, 8, 16) [gqa_groups]"]
     tc = load_kernel(FI_SPEC + "_tc")
     assert tc.caps.missing_for(case, "cuda") == [] and tc.name == "flashinfer_decode_tc"
     res = run_case(tc, case, "cpu")
@@ -206,7 +206,7 @@ def test_flashinfer_cuda_core_declares_k_and_v_share_strides(fake_fi):
                 if c.inputs == "v-head-major" and not dataclasses.replace(FI_CAPS, input_forms=None)
                 .missing_for(c, "cuda"))
     assert fake_fi.caps.missing_for(case, "cuda") == [
-        "input form v-head-major (supported: packed, q-strided, table-wide)"]
+        "input form v-head-major (supported: packed, q-strided, table-wide) [input_forms]"]
     tc = load_kernel(FI_SPEC + "_tc")
     assert tc.caps.missing_for(case, "cuda") == []
     res = run_case(tc, case, "cpu")

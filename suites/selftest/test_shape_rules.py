@@ -22,8 +22,8 @@ def test_undeclared_means_every_group():
 def test_gqa_groups_name_the_group_in_the_skip_reason():
     caps = Capabilities(gqa_groups=frozenset({1, 2, 3, 4, 6, 8, 16}))
     assert caps.missing_for(GQA4, "cuda") == []
-    assert caps.missing_for(GQA5, "cuda") == ["GQA group 5 (supported: 1, 2, 3, 4, 6, 8, 16)"]
-    assert caps.missing_for(MQA, "cuda") == ["GQA group 32 (supported: 1, 2, 3, 4, 6, 8, 16)"]
+    assert caps.missing_for(GQA5, "cuda") == ["GQA group 5 (supported: 1, 2, 3, 4, 6, 8, 16) [gqa_groups]"]
+    assert caps.missing_for(MQA, "cuda") == ["GQA group 32 (supported: 1, 2, 3, 4, 6, 8, 16) [gqa_groups]"]
     assert "groups 1,2,3,4,6,8,16" in caps.describe()
 
 
@@ -31,9 +31,9 @@ def test_shape_rules_are_data_and_named():
     rule = ShapeRule("num_q_heads", max=16, why="one CTA holds at most 16 query heads")
     caps = Capabilities(shape_rules=(rule, ShapeRule("batch_size", allowed=frozenset({1, 2}))))
     assert caps.missing_for(GQA4, "cuda") == []  # 8 heads, batch of 1
-    assert caps.missing_for(GQA4.replace(seq_lens=(1, 2, 3)), "cuda") == ["batch_size 3 (supported: {1, 2})"]
+    assert caps.missing_for(GQA4.replace(seq_lens=(1, 2, 3)), "cuda") == ["batch_size 3 (supported: {1, 2}) [shape_rules]"]
     assert caps.missing_for(MQA, "cuda") == [
-        "num_q_heads 32 (supported: <= 16; one CTA holds at most 16 query heads)"]
+        "num_q_heads 32 (supported: <= 16; one CTA holds at most 16 query heads) [shape_rules]"]
     assert caps.missing_for(GQA5, "cuda") == []  # 10 heads, batch of 2
     assert "rule num_q_heads<=16" in caps.describe()
 
@@ -45,7 +45,7 @@ def test_a_rule_can_hold_only_when_another_does():
     caps = Capabilities(shape_rules=(rule,))
     wide_mqa = Case(kv_dtype="bf16", num_q_heads=128, num_kv_heads=1, head_dim=576, seq_lens=(7,), v_head_dim=512,
                     mla=True)
-    assert caps.missing_for(wide_mqa, "cuda") == ["group 128 (supported: <= 64 when head_dim>=513; shared memory)"]
+    assert caps.missing_for(wide_mqa, "cuda") == ["group 128 (supported: <= 64 when head_dim>=513; shared memory) [shape_rules]"]
     assert caps.missing_for(wide_mqa.replace(num_q_heads=64), "cuda") == []
     assert caps.missing_for(MQA.replace(num_q_heads=128), "cuda") == []  # head dim 64: the rule does not apply
     assert "rule group<=64 when head_dim>=513" in caps.describe()
@@ -59,7 +59,7 @@ def test_input_forms_name_the_form_in_the_skip_reason():
     caps = Capabilities(input_forms=frozenset({"packed", "q-strided", "table-wide"}))
     assert caps.missing_for(GQA4, "cuda") == []
     assert caps.missing_for(v_own_strides, "cuda") == [
-        "input form v-head-major (supported: packed, q-strided, table-wide)"]
+        "input form v-head-major (supported: packed, q-strided, table-wide) [input_forms]"]
     assert "inputs packed,q-strided,table-wide" in caps.describe()
 
 
