@@ -78,3 +78,56 @@ def test_a_usage_error_does_not_import_torch():
     imported = {ln.rsplit("|", 1)[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
     assert "decode_conformance.state" in imported, "the check ran"
     assert "torch" not in imported and "triton" not in imported, sorted(m for m in imported if "torch" in m)[:5]
+
+
+@pytest.fixture
+def adopter_package(tmp_path, monkeypatch):
+    """An adopter's package with a kernel function and a kernel class that needs an argument."""
+    pkg = tmp_path / "pagedattn"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "conformance.py").write_text(
+        "def paged_decode(q, k_cache, v_cache, block_table, seq_lens):\n"
+        "    return q\n"
+        "class PagedAttn:\n"
+        "    def __init__(self, scale):\n"
+        "        self.scale = scale\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield pkg
+    for name in [m for m in sys.modules if m.split(".")[0] == "pagedattn"]:
+        del sys.modules[name]
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ("pagedattn.conformnce:PagedAttn",
+     "no module named 'pagedattn.conformnce'; pagedattn ({pkg}) has 'conformance' - did you mean "
+     "pagedattn.conformance?"),
+    ("pagedattn.conformance:PagedAtn", "pagedattn.conformance has no attribute 'PagedAtn'; did you mean 'PagedAttn'?"),
+    ("pagedattn.conformance:paged_decode",
+     "names a callable that needs arguments (q, k_cache, v_cache, block_table, seq_lens): not a kernel"),
+    ("pagedattn.conformance:PagedAttn", "names a class that needs arguments (scale): not a kernel"),
+])
+def test_a_near_miss_spec_names_what_is_there(adopter_package, spec, expected):
+    """Before: importlib's own traceback frame for a misspelled module, no suggestion for a
+    misspelled name, and 'calling the factory failed: TypeError ... missing 5 required positional
+    arguments' for the kernel function itself."""
+    from decode_conformance.kernel_api import KernelLoadError, load_kernel
+    with pytest.raises(KernelLoadError) as info:
+        load_kernel(spec)
+    message = str(info.value)
+    assert message.startswith(f"kernel spec {spec!r}: " + expected.format(pkg=adopter_package)), message
+    assert "importlib" not in message and "Traceback" not in message, message
+
+
+def test_an_unknown_capabilities_field_lists_the_fields(tmp_path):
+    (tmp_path / "typo_caps.py").write_text(
+        "from decode_conformance import Capabilities\n"
+        "class K:\n"
+        "    name = 'k'\n"
+        "    caps = Capabilities(fp8=False, kv_dtype=frozenset({'bf16'}))\n"
+        "    def plan(self, batch):\n"
+        "        return lambda: None\n")
+    out = _usage("--kernel=typo_caps:K", env={"PYTHONPATH": str(tmp_path)})
+    assert "Capabilities: no field 'fp8', 'kv_dtype' (did you mean 'kv_dtypes'?); its fields: kv_dtypes, layouts," \
+        in out, out[-2000:]
+    assert "typo_caps.py" in out, "the adopter's own line is shown"

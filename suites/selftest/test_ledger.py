@@ -279,3 +279,19 @@ def test_the_shipped_ledger_is_quiet_for_a_kernel_it_does_not_name(tmp_path):
     assert like_shipped.unused([("fixed_split", "e5m2-x")], "sm_90") == []  # another class
     assert like_shipped.unused([("fixed_split", "bf16-x")], "cpu") == like_shipped.entries
     assert like_shipped.elsewhere(["torch_gather"]) == like_shipped.entries
+
+
+def test_an_entry_for_a_near_miss_kernel_name_asks_did_you_mean():
+    """A misspelled kernel name in the adopter's ledger leaves every failure of the real kernel
+    reported as new; the 'not checked' line names the kernel it was probably meant for."""
+    import types
+
+    from decode_conformance.ledger import Entry, Ledger
+    from decode_conformance.plugin import _ledger_not_checked
+    entries = [Entry("pagedatn", "*-win*", "xfail", "windows not implemented", "https://x/1", source="l.toml:1"),
+               Entry("flashinfer_decode", "*", "xfail", "another job's kernel", "https://x/2", source="l.toml:6")]
+    state = types.SimpleNamespace(ledger_named=True, ledger=Ledger(entries),
+                                  kernels=[types.SimpleNamespace(name="pagedattn")])
+    assert _ledger_not_checked(state) == (
+        "ledger: 2 entries about kernels this run does not test, not checked: 'pagedatn' (l.toml:1; did you mean "
+        "'pagedattn'?); 'flashinfer_decode' (l.toml:6)")
