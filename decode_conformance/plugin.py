@@ -422,6 +422,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if s is None or hasattr(config, "workerinput"):
         return
     tr = terminalreporter
+    from .report import parity_coverage
+    for line in filter(None, (parity_coverage(config.stash.get(REPORT, []), k.name) for k in s.kernels)):
+        tr.write_line(f"decode-conformance coverage: {line}")
     for name in config.stash.get(_EMPTY, []):
         tr.write_line(f"decode-conformance: EVERY parity case of kernel {name!r} was skipped - nothing was "
                       f"tested{'' if s.require_cases else ' (pass --require-cases to fail the run for it)'}",

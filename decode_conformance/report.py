@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import pathlib
 import platform
+import re
 from collections import Counter
 from typing import Optional, Sequence
 
@@ -85,6 +86,25 @@ def kernels_without_cases(rows: list[dict], kernels: list[str]) -> list[str]:
         if parity and all(r["status"] in ("skipped", "quarantined") for r in parity):
             out.append(k)
     return out
+
+
+def parity_coverage(rows: list[dict], kernel: str) -> Optional[str]:
+    """How much of the case set `kernel`'s parity test ran, and the capabilities the rest needed
+    (the Capabilities fields its skip reasons name, most cases first): a green run that skipped
+    most of the set says so. None where the run had no parity rows for it."""
+    parity = [r for r in rows if r["kernel"] == kernel and r["test"].endswith("test_parity")]
+    if not parity:
+        return None
+    skipped = [r for r in parity if r["status"] in ("skipped", "quarantined")]
+    line = f"{kernel}: ran {len(parity) - len(skipped)} of {len(parity)} parity cases"
+    if not skipped:
+        return line
+    fields = Counter(f for r in skipped for f in set(re.findall(r"\[([a-z_]+)\](?:,|$)", r.get("message", ""))))
+    quarantined = sum(r["status"] == "quarantined" for r in skipped)
+    why = [f"{n} need{'s' if n == 1 else ''} {f}" for f, n in fields.most_common()]
+    if quarantined:
+        why.append(f"{quarantined} quarantined")
+    return f"{line}; {len(skipped)} skipped" + (f" ({', '.join(why)})" if why else "")
 
 
 def environment(state) -> dict:

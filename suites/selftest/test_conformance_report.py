@@ -28,3 +28,28 @@ def test_an_lse_only_failure_reads_as_one_in_the_report(tmp_path):
         line = _table_row(run.md, row["kernel"], case)
         assert f"| {format(v['worst_row_ratio'], '.4g')} | {format(v['lse_ratio'], '.4g')} |" in line, line
     assert "| LSE / budget |" in run.md and run.rc == 1, run.out[-2000:]
+
+
+def test_a_kernel_that_skips_most_of_the_set_says_how_much_it_ran(tmp_path):
+    """A green run of a narrow kernel used to read like a full one ('4 passed, 22 skipped', two of
+    them parity cases): each kernel gets a line of how many parity cases it ran and which
+    Capabilities fields the others needed, counted here from the cases themselves."""
+    from decode_conformance.case_sets import build_set
+    (tmp_path / "narrow_decode.py").write_text(
+        "import dataclasses\n"
+        "import toy_decode\n"
+        "class Narrow(toy_decode.ToyDecode):\n"
+        "    name = 'toy_narrow'\n"
+        "    caps = dataclasses.replace(toy_decode.CAPS, kv_dtypes=frozenset({'bf16'}), window_convention=None)\n")
+    run = run_pytest(PARITY, "--kernel=narrow_decode:Narrow", "--case-set=smoke", "-k", "test_parity",
+                     env={"PYTHONPATH": os.pathsep.join([str(tmp_path), str(OOT), str(ROOT)])}, timeout=300)
+    cases = build_set("smoke", "interpreter")
+    dtype = sum(c.kv_dtype != "bf16" for c in cases)
+    window = sum(c.window is not None for c in cases)
+    skipped = sum(c.kv_dtype != "bf16" or c.window is not None for c in cases)
+    assert run.rc == 0 and 0 < skipped < len(cases), run.out[-2000:]
+    line = next(ln for ln in run.out.splitlines() if ln.startswith("decode-conformance coverage: toy_narrow"))
+    assert line.startswith(f"decode-conformance coverage: toy_narrow: ran {len(cases) - skipped} of {len(cases)} "
+                           f"parity cases; {skipped} skipped ("), line
+    assert f"{dtype} need{'s' if dtype == 1 else ''} kv_dtypes" in line, line
+    assert f"{window} need{'s' if window == 1 else ''} window_convention" in line, line
