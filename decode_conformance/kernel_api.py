@@ -104,7 +104,8 @@ class ShapeRule:
 class Capabilities:
     """What a kernel supports. Each flag says which test consumes it; a case or test that
     needs what a kernel lacks is skipped with a reason naming the flag (`missing_for`).
-    Reference, with accepted values and defaults: docs/kernel-contract.md, "Capabilities".
+    Reference, with accepted values and defaults: docs/kernel-contract.md, "Capabilities"
+    (installed: `python -m decode_conformance.guide kernel-contract`).
 
     The case axes default to everything: a case a kernel cannot run then fails, loudly,
     instead of being skipped unseen. The claims a kernel makes about itself (num_splits,

@@ -96,6 +96,18 @@ def test_wheel_carries_the_data_and_the_suites(fresh_venv):
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
 
 
+def test_the_docs_the_messages_name_are_in_the_wheel(fresh_venv):
+    """Capabilities' docstring, README and error messages name docs/kernel-contract.md and
+    docs/ledger.md; an adopter with the wheel alone reads them through the guide."""
+    py, empty = fresh_venv
+    listed = _run([str(py), "-m", "decode_conformance.guide"], cwd=empty)
+    assert listed.returncode == 0 and "kernel-contract" in listed.stdout and "ledger" in listed.stdout, listed.stdout
+    contract = _run([str(py), "-m", "decode_conformance.guide", "docs/kernel-contract.md"], cwd=empty)
+    assert contract.returncode == 0, contract.stderr
+    assert contract.stdout == (ROOT / "docs" / "kernel-contract.md").read_text(), "the checkout's own text"
+    assert "gpu-runs" not in listed.stdout, "the run records stay in the repository"
+
+
 def _readme_adopter_module() -> str:
     """The kernel module README's "Run it on your kernel" shows, verbatim."""
     text = (ROOT / "README.md").read_text()
