@@ -272,7 +272,6 @@ def _judge_lse(case, v: Verdict, lse, ref_lse, visible, vis, tier_lse, slack, si
                     "of that row + its fp32 rounding floor)")
     empty = ~vis
     if bool(empty.any()):
-        got = lz[empty]
         if sinks is None:
             wrong = ~torch.isneginf(lz)
             want = "-inf"
