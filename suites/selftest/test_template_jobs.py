@@ -133,6 +133,30 @@ def test_conformance_job(adopter, tmp_path, kernel, green):
     assert (work / "reports" / "sm_90.md").exists() and (work / "reports" / "sm_90-parity.xml").exists()
     if not green:
         assert "reproduce: `python -m pytest -p decode_conformance.plugin --pyargs" in job.summary, job.summary[:3000]
+    assert job.step("Fuzz mode (").outcome == "skipped", "fuzz runs nightly, or by hand with fuzz_examples"
+
+
+@pytest.mark.parametrize("kernel,green", [(KERNEL, True), ("mypkg.conformance:MyDecodeDropsLastKey", False)])
+def test_nightly_fuzz_step_shows_a_find_as_the_line_to_pin(adopter, tmp_path, kernel, green):
+    """Fuzz mode after the parity run, a seed per run (the run id): a find's case reaches the step
+    summary as the JSON line to append to the adopter's cases file, which then rebuilds it."""
+    from decode_conformance.cases import Case
+    _, work, _, head, wheel = adopter
+    job = _run(adopter, tmp_path, "conformance", {"event_name": "workflow_dispatch", "sha": head, "run_id": "4711"},
+               _vars(wheel, DECODE_CONFORMANCE_KERNELS=kernel), inputs={"case_set": "smoke", "fuzz_examples": "5"})
+    fuzz = job.step("Fuzz mode (")
+    assert fuzz.outcome == ("success" if green else "failure"), job.text()
+    assert (work / "reports" / "sm_90-fuzz.xml").exists(), job.text()
+    if green:
+        assert "Fuzz mode found" not in job.summary, job.summary[-2000:]
+        return
+    assert "--fuzz-seed=4711" in (work / "reports" / "sm_90-fuzz.log").read_text(), "the reproduce line's seed"
+    block = job.summary.split("## Fuzz mode found a failing case (seed 4711, 5 examples)", 1)[1]
+    lines = block.split("```")[1].strip().splitlines()
+    assert lines, job.summary[-2000:]
+    for line in lines:
+        case = Case.from_dict(json.loads(line))
+        assert case.batch >= 1, line
 
 
 def test_conformance_job_runs_the_adopters_own_cases(adopter, tmp_path):
