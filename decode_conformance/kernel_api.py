@@ -344,7 +344,7 @@ def load_kernel(spec: str) -> DecodeKernel:
         mod = importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
         if e.name and (mod_name == e.name or mod_name.startswith(e.name + ".")):
-            raise KernelLoadError(_no_such_module(spec, e.name)) from None
+            raise KernelLoadError(_no_such_module(spec, mod_name, e.name)) from None
         raise KernelLoadError(_import_failed(spec, mod_name, e)) from e
     except Exception as e:
         raise KernelLoadError(_import_failed(spec, mod_name, e)) from e
@@ -364,7 +364,7 @@ def _import_failed(spec: str, mod_name: str, e: BaseException) -> str:
             f"  where (import machinery and this package's frames left out):\n{_trimmed(e, user_frames_only=True)}")
 
 
-def _no_such_module(spec: str, missing: str) -> str:
+def _no_such_module(spec: str, mod_name: str, missing: str) -> str:
     """The spec's own module (or a package above it) does not exist: name it, and the modules
     its parent package does have that come close."""
     import importlib.util
@@ -379,7 +379,8 @@ def _no_such_module(spec: str, missing: str) -> str:
             where = (f"; {parent} ({list(found.submodule_search_locations)[0]}) has "
                      + (f"{', '.join(map(repr, near))} - did you mean {parent}.{near[0]}?" if near
                         else f"modules {', '.join(sorted(names)) or '(none)'}"))
-    return f"kernel spec {spec!r}: no module named {missing!r}{where}"
+    return (f"kernel spec {spec!r}: cannot import {mod_name}: no module named {missing!r}"
+            + (where or " (expected an installed package, or its folder on PYTHONPATH)"))
 
 
 def check_kernel(obj, origin: str = "") -> None:

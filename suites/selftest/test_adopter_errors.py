@@ -100,7 +100,8 @@ def adopter_package(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("spec,expected", [
     ("pagedattn.conformnce:PagedAttn",
-     "no module named 'pagedattn.conformnce'; pagedattn ({pkg}) has 'conformance' - did you mean "
+     "cannot import pagedattn.conformnce: no module named 'pagedattn.conformnce'; pagedattn ({pkg}) has "
+     "'conformance' - did you mean "
      "pagedattn.conformance?"),
     ("pagedattn.conformance:PagedAtn", "pagedattn.conformance has no attribute 'PagedAtn'; did you mean 'PagedAttn'?"),
     ("pagedattn.conformance:paged_decode",

@@ -81,7 +81,7 @@ def test_kill_map_is_fresh():
     (and the smoke set built from them) may no longer hold."""
     stale = mu.stale_inputs(_kill_map(), MUTANTS)
     assert not stale, ("the mutation kill map is stale; changed since it was generated:\n  " + "\n  ".join(stale)
-                       + f"\n{REGEN} (about an hour on 2 cores) or, for mutant rows only, "
+                       + f"\n{REGEN} (25-60 minutes on 2 cores) or, for mutant rows only, "
                          "`python ci/mutation.py --only NAME`")
 
 
