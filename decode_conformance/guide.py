@@ -40,8 +40,8 @@ def text(name: str) -> str:
 
 
 def _title(name: str) -> str:
-    first = text(name).lstrip().splitlines()[0] if text(name).strip() else ""
-    return first.lstrip("# ").strip()
+    lines = text(name).strip().splitlines()
+    return lines[0].lstrip("# ").strip() if lines else ""
 
 
 def main(argv=None) -> int:

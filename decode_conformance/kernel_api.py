@@ -265,9 +265,9 @@ def _named_fields_only(init):
     (Python's own TypeError names only the keyword)."""
     @functools.wraps(init)
     def checked(self, *args, **kwargs):
-        known = [f.name for f in dataclasses.fields(Capabilities)]
-        unknown = [k for k in kwargs if k not in known]
+        unknown = [k for k in kwargs if k not in Capabilities.__dataclass_fields__]
         if unknown:
+            known = [f.name for f in dataclasses.fields(Capabilities)]
             hints = [f"{k!r} (did you mean {near[0]!r}?)" if (near := difflib.get_close_matches(k, known, n=1))
                      else repr(k) for k in unknown]
             raise TypeError(f"Capabilities: no field {', '.join(hints)}; its fields: {', '.join(known)} "

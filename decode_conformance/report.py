@@ -82,17 +82,21 @@ def kernels_without_cases(rows: list[dict], kernels: list[str]) -> list[str]:
     """Kernels whose every parity row was skipped: a run that tested nothing for them."""
     out = []
     for k in kernels:
-        parity = [r for r in rows if r["kernel"] == k and r["test"].endswith("test_parity")]
+        parity = _parity_rows(rows, k)
         if parity and all(r["status"] in ("skipped", "quarantined") for r in parity):
             out.append(k)
     return out
+
+
+def _parity_rows(rows: list[dict], kernel: str) -> list[dict]:
+    return [r for r in rows if r["kernel"] == kernel and r["test"].endswith("test_parity")]
 
 
 def parity_coverage(rows: list[dict], kernel: str) -> Optional[str]:
     """How much of the case set `kernel`'s parity test ran, and the capabilities the rest needed
     (the Capabilities fields its skip reasons name, most cases first): a green run that skipped
     most of the set says so. None where the run had no parity rows for it."""
-    parity = [r for r in rows if r["kernel"] == kernel and r["test"].endswith("test_parity")]
+    parity = _parity_rows(rows, kernel)
     if not parity:
         return None
     skipped = [r for r in parity if r["status"] in ("skipped", "quarantined")]
