@@ -27,8 +27,12 @@ def missing_module(spec: str) -> Optional[str]:
         # (ours, an adopter package's) or a shipped adapter. A kernel named by its spec is not.
         import difflib
         near = difflib.get_close_matches(spec, list(bare_names(entry_point_specs())), n=3, cutoff=0.6)
+        declared = _declared_here().get(spec)
         return (f"kernel spec {spec!r}: expected 'package.module:object', or the bare name of a registered "
                 "kernel (--list-kernels without --kernel: ours, the adapters, entry points)"
+                + (f"; ./pyproject.toml declares {spec} = {declared!r} in [project.entry-points."
+                   f"\"{ENTRY_POINT_GROUP}\"], but the installed package does not register it yet: "
+                   "reinstall it (pip install -e .)" if declared else "")
                 + (f"; did you mean {', '.join(map(repr, near))}?" if near else ""))
     module = spec.split(":", 1)[0]
     top = module.split(".")[0]
@@ -55,6 +59,18 @@ def entry_point_specs() -> dict[str, str]:
     if not any(v.startswith(SHIPPED_PACKAGE + ".") for v in eps.values()):
         eps = {**_checkout_entry_points(), **eps}
     return eps
+
+
+def _declared_here() -> dict[str, str]:
+    """The kernels the working directory's pyproject.toml declares in ENTRY_POINT_GROUP. Entry
+    points are written at install time, so one added since the last `pip install -e .` is
+    declared here yet unknown to `entry_point_specs`."""
+    import tomllib
+    try:
+        data = tomllib.loads(open("pyproject.toml", encoding="utf-8").read())
+    except (OSError, ValueError):
+        return {}
+    return dict(data.get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
 
 
 def _checkout_entry_points() -> dict[str, str]:

@@ -132,3 +132,18 @@ def test_an_unknown_capabilities_field_lists_the_fields(tmp_path):
     assert "Capabilities: no field 'fp8', 'kv_dtype' (did you mean 'kv_dtypes'?); its fields: kv_dtypes, layouts," \
         in out, out[-2000:]
     assert "typo_caps.py" in out, "the adopter's own line is shown"
+
+
+def test_a_kernel_declared_but_not_yet_installed_says_reinstall(tmp_path):
+    """An adopter adds an entry point to their pyproject.toml and runs `--kernel=NAME` without
+    reinstalling: entry points are written at install time, so the name is unknown. Before: only
+    'did you mean' the other names."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "pagedattn"\nversion = "0"\n'
+        '[project.entry-points."decode_conformance.kernels"]\n'
+        'pagedattn = "pagedattn.conformance:PagedAttn"\n')
+    out = _usage("--kernel=pagedattn", cwd=tmp_path)
+    assert ("./pyproject.toml declares pagedattn = 'pagedattn.conformance:PagedAttn' in [project.entry-points."
+            "\"decode_conformance.kernels\"], but the installed package does not register it yet: reinstall it "
+            "(pip install -e .)") in out, out[-2000:]
+    assert "reinstall" not in _usage("--kernel=pagedattn2")
