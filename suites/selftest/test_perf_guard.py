@@ -437,6 +437,44 @@ def test_shipped_records_load():
         assert cells and all(c["gpu_name"] and c["sessions"] >= 1 and c["median_us"] > 0 for c in cells.values())
 
 
+def _unrecorded(root, cells) -> list[str]:
+    """'<class>/<kernel>: <cell>' for every perf cell a shipped kernel runs that the records of a
+    GPU class under `root` lack (a whole missing file lists each of its cells)."""
+    from decode_conformance.discovery import shipped_specs
+    from decode_conformance.kernel_api import load_kernel
+    from decode_conformance.perf.cells import skip_reason
+    gaps = []
+    for cls in sorted(p.name for p in root.iterdir() if p.is_dir()):
+        for spec in shipped_specs():
+            kernel = load_kernel(spec)
+            have = store.load(store.record_path(root, cls, kernel.name), cls, kernel.name) or {}
+            gaps += [f"{cls}/{kernel.name}: {c.name}" for c in cells
+                     if not skip_reason(kernel, c.case, cls) and c.name not in have]
+    return gaps
+
+
+def test_every_shipped_kernel_has_a_record_of_every_cell_it_runs(tmp_path, cells):
+    """A kernel added to the entry points, or a cell added to perf_cells.toml, without a GPU
+    recording would make the guard say 'no record' (and fail under --perf-require-baseline) on
+    the first GPU run; here it shows on CPU. The other side: a copy of the records missing one
+    cell and one kernel's file names both."""
+    import shutil
+    from decode_conformance.perf.store import default_dir
+    assert not _unrecorded(default_dir(), cells), (
+        "shipped kernels without a record of a perf cell they run; record them on a GPU of the class: "
+        "`pytest suites/perf --perf-record`")
+    copy = tmp_path / "baselines"
+    shutil.copytree(default_dir(), copy, ignore=shutil.ignore_patterns("*.md"))
+    (copy / "sm_90" / "lean.json").unlink()
+    dispatch = copy / "sm_90" / "dispatch.json"
+    doc = json.loads(dispatch.read_text())
+    dropped = doc["benchmarks"].pop()
+    dispatch.write_text(json.dumps(doc))
+    gaps = _unrecorded(copy, cells)
+    assert any(g.startswith("sm_90/dispatch: ") and g.endswith(dropped["extra_info"]["cell"]) for g in gaps), gaps
+    assert [g for g in gaps if g.startswith("sm_90/lean: ")], gaps
+
+
 def test_ab_reference_reads_the_tested_kernels_inputs(cells):
     """The A/B reference's batch shares the tested kernel's input tensors (two instances of one
     kernel then differ by nothing but the kernel: s13-2 measured Lean's two instances, each with
