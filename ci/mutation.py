@@ -308,16 +308,40 @@ def axis_items(case, profile: str) -> set:
     return {f"{a}={v}" for a, v in classify(case, profile).items()}
 
 
+def narrow_kernel():
+    """The Capabilities of a kernel with none of the optional features: bf16 paged caches, no
+    MLA, no window, soft-cap or sinks, packed inputs only. Where a case set (the smoke set)
+    must serve narrow kernels too, each axis value is carried by a case asking such a kernel
+    for as few features as the parity set allows (`needs`)."""
+    from decode_conformance.kernel_api import Capabilities
+    return Capabilities(kv_dtypes=frozenset({"bf16"}), layouts=frozenset({"paged"}), mla=False, softcap=False,
+                        sinks=False, window_convention=None, input_forms=frozenset({"packed"}))
+
+
+def needs(case, narrow=None) -> int:
+    """How many features `case` needs that `narrow_kernel()` lacks."""
+    return len((narrow or narrow_kernel()).missing_for(case, "cpu"))
+
+
 def smoke_from_map(kill_map: dict) -> tuple[list[str], list[str]]:
     """(interpreter smoke ids, GPU-only smoke ids). Interpreter: greedy cover of every mutant a
-    parity case kills and every axis value of the table. GPU-only: for each mutant with
-    gpu_killers patterns, the first GPU parity case matching one (its 2^31-element pools do
-    not exist on the CPU)."""
+    parity case kills and every axis value of the table, each value in one of the parity cases
+    with it that `needs` the fewest optional features (so a kernel without MLA, fp8 or soft-cap
+    still meets sinks in the smoke set, where one case combining them all would skip for it).
+    GPU-only: for each mutant with gpu_killers patterns, the first GPU parity case matching one
+    (its 2^31-element pools do not exist on the CPU)."""
     from decode_conformance.case_sets import AXES
     cases = parity_cases("interpreter")
     order = [c.id for c in cases]
     table = {f"{a}={v}" for a, vs in AXES.items() for v in vs}
     extra = {c.id: axis_items(c, "interpreter") & table for c in cases}
+    narrow = narrow_kernel()
+    need = {c.id: needs(c, narrow) for c in cases}
+    fewest: dict[str, int] = {}
+    for cid, items in extra.items():
+        for it in items:
+            fewest[it] = min(fewest.get(it, need[cid]), need[cid])
+    extra = {cid: items | {f"narrow:{it}" for it in items if need[cid] == fewest[it]} for cid, items in extra.items()}
     smoke = greedy_cover(case_kills(kill_map), order, extra)
     gpu_ids = [c.id for c in parity_cases("gpu")]
     interp = set(order)

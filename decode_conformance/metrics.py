@@ -229,6 +229,14 @@ def judge(case: Case, out: torch.Tensor, lse: Optional[torch.Tensor], ref_out: t
     if bool(vis.any()):
         v.cosine = cosine(torch.where(finite, o.double(), 0.0)[vis], ref_out[vis])
         budget = row_budget(ref_out, tier_out, visible, case.q_dtype, th.budget_ratio)
+        unusable = vis[:, None] & ~(torch.isfinite(budget.l2) & torch.isfinite(budget.max))
+        if bool(unusable.any()):
+            # NaN > 1 is False: such a row would pass whatever the kernel wrote. Not the kernel's
+            # fault, so not a FAIL either: an error that stops this case.
+            b, h = divmod(int(unusable.flatten().nonzero()[0]), unusable.shape[1])
+            raise ValueError(f"{case.id}: the error budget of {int(unusable.sum())} (request, head) rows is not finite "
+                             f"(first: b={b}, h={h}), so they cannot be judged: the tier's torch realization "
+                             "overflowed. A decode-conformance bug, not the kernel's; please report it with this case id")
         excess, l2 = row_excess(o, ref_out, budget)
         excess = torch.where(vis[:, None], excess, torch.zeros_like(excess))
         flat = int(excess.argmax())

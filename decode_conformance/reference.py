@@ -159,7 +159,9 @@ def tier_attention(case: Case, batch: DecodeBatch, fp8_math: str = DEQUANT_KV,
 
     Non-fp8 caches, and fp8 caches under DEQUANT_KV: bf16/fp16 matmuls and softmax in the
     query dtype on the dequantized cache (the way FlashAttention's tests build their
-    low-precision reference). FP8_Q_AND_P: q saturated to the cache's fp8 type, scores from
+    low-precision reference); on a row whose scores leave the query dtype's range (fp16
+    low-scores), scores and softmax in fp32 as a kernel's accumulator holds them, P still
+    rounded to the query dtype. FP8_Q_AND_P: q saturated to the cache's fp8 type, scores from
     fp8 x fp8 products accumulated in fp32, P = exp(s - row max) quantized to the fp8 type
     once per row for the P @ V product, the denominator summed from the unquantized P (as
     split-K kernels with fp8 MMAs do); its LSE carries q's quantization, so it is returned
@@ -282,16 +284,32 @@ def _in_query_dtype(case: Case, batch: DecodeBatch) -> torch.Tensor:
         k = (k_slots[slots].to(dt) * k_scale).to(dt)
         v = (v_slots[slots].to(dt) * v_scale).to(dt)
         qg = batch.q[b].view(Hkv, G, Dk)
-        s = torch.matmul(qg, k.permute(1, 2, 0)) * case.sm_scale  # [Hkv, G, n] in dt
-        if case.softcap is not None:
-            s = case.softcap * torch.tanh(s / case.softcap)
-        if batch.sinks is not None:
-            s = torch.cat([s, batch.sinks.to(dt).view(Hkv, G, 1)], dim=-1)
-        p = torch.softmax(s, dim=-1)
-        if batch.sinks is not None:
-            p = p[..., :-1]
-        out[b] = torch.matmul(p, v.permute(1, 0, 2)).view(case.num_q_heads, Dv)
+        o = _plain_rows(case, batch, qg, k, v, dt)
+        overflow = ~torch.isfinite(o).all(-1)  # [Hkv, G]
+        if bool(overflow.any()):
+            # Scores past the query dtype's range (fp16 tops out at 65504; the low-scores data
+            # reach -5e5): plain torch returns NaN there, and a NaN yardstick would allow any
+            # error. A kernel holds scores in its MMA's fp32 accumulator, so on those rows the
+            # realization does too, with P rounded to the query dtype for P @ V as before.
+            o = torch.where(overflow[..., None], _plain_rows(case, batch, qg, k, v, torch.float32), o)
+        out[b] = o.view(case.num_q_heads, Dv)
     return out
+
+
+def _plain_rows(case: Case, batch: DecodeBatch, qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                score_dtype: torch.dtype) -> torch.Tensor:
+    """One request's [Hkv, G, Dv] output: scores and softmax in `score_dtype`, P @ V in the
+    value dtype."""
+    Hkv, G = qg.shape[:2]
+    s = torch.matmul(qg.to(score_dtype), k.to(score_dtype).permute(1, 2, 0)) * case.sm_scale  # [Hkv, G, n]
+    if case.softcap is not None:
+        s = case.softcap * torch.tanh(s / case.softcap)
+    if batch.sinks is not None:
+        s = torch.cat([s, batch.sinks.to(score_dtype).view(Hkv, G, 1)], dim=-1)
+    p = torch.softmax(s, dim=-1)
+    if batch.sinks is not None:
+        p = p[..., :-1]
+    return torch.matmul(p.to(v.dtype), v.permute(1, 0, 2))
 
 
 def _q_forms(case: Case, q: torch.Tensor, fp8: torch.dtype) -> list:

@@ -111,3 +111,44 @@ def test_zeroing_kernel_names_every_input_it_wrote():
     res = run_case(toy_decode.ZeroesItsInputs(), case, "cpu")
     for name in ("q", "k_cache", "v_cache"):
         assert f"{name}: first changed element" in res.message, res.message
+
+
+def test_fp16_scores_past_the_dtype_range_are_still_judged():
+    """fp16 low-scores: scores near -5e5 overflow fp16 (max 65504), so the tier's plain torch
+    realization was NaN on every row with a key, each row's budget NaN, and any output passed
+    (an adopter's deliberately halved kernel did). Those rows' realization keeps its scores in
+    fp32 now. torch SDPA (not ours) passes; the same kernel halving its output fails every row."""
+    from decode_conformance.reference import tier_attention
+    from decode_conformance_kernels import registry
+    case = next(c for c in build_set("full", "interpreter") if c.kv_dtype == "fp16" and c.data == "low-scores")
+    batch = prepare(registry.torch_gather(), case, "cpu")
+    visible = reference(case, batch).visible > 0
+    assert bool(torch.isfinite(tier_attention(case, batch).out[visible]).all())
+
+    sdpa = registry.torch_sdpa()
+
+    class Halved:
+        name, caps = "torch_sdpa_halved", sdpa.caps
+
+        def plan(self, batch):
+            launch = sdpa.plan(batch)
+
+            def halved():
+                launch()
+                batch.out.mul_(0.5)
+            return halved
+
+    assert run_case(sdpa, case, "cpu").ok
+    res = run_case(Halved(), case, "cpu")
+    assert not res.ok and "12 of 12 (request, head) rows over their error budget" in res.message, res.message
+
+
+def test_a_budget_that_is_not_finite_is_an_error_not_a_pass():
+    """The judge's own guard: a NaN budget row would pass anything (NaN > 1 is False)."""
+    from decode_conformance.metrics import judge
+    case = PARITY[0]
+    batch = prepare(toy_decode.ToyDecode(), case, "cpu")
+    ref = reference(case, batch)
+    nan_tier = torch.full_like(ref.out, float("nan"))
+    with pytest.raises(ValueError, match="error budget of .* rows is not finite .* A decode-conformance bug"):
+        judge(case, ref.out.to(case.q_dtype), None, ref.out, ref.lse, ref.visible, nan_tier)

@@ -124,6 +124,27 @@ def test_smoke_set_covers_every_axis_value():
     assert not missing, f"axis values no smoke case has: {missing}; {REGEN}"
 
 
+def test_smoke_set_serves_narrow_kernels():
+    """Each axis value sits in a smoke case needing as few optional features (MLA, fp8, a window,
+    soft-cap, sinks, contiguous caches, input forms) as any parity case with it: an adopter's
+    kernel without MLA or fp8 found sinks, soft-cap and huge-scores in the smoke set only inside
+    one MLA fp8 case, skipped for it, and the smoke set passed its sink bug."""
+    from decode_conformance.case_sets import classify
+    narrow = mu.narrow_kernel()
+
+    def fewest(cases):
+        out = {}
+        for c in cases:
+            n = mu.needs(c, narrow)
+            for a, v in classify(c, "interpreter").items():
+                out[(a, v)] = min(out.get((a, v), n), n)
+        return out
+    parity, smoke = fewest(build_set("parity", "interpreter")), fewest(build_set("smoke", "interpreter"))
+    worse = [f"{a}={v} (smoke needs {smoke.get((a, v))}, parity {n})" for (a, v), n in parity.items()
+             if a in AXES and v in AXES[a] and smoke.get((a, v), 99) > n]
+    assert not worse, f"axis values the smoke set carries only in cases a narrow kernel skips: {worse}; {REGEN}"
+
+
 def test_smoke_set_carries_over_to_the_gpu_profile():
     gpu = build_set("smoke", "gpu")
     assert len(gpu) == len(mu.read_smoke()) + len(mu.read_gpu_smoke())
