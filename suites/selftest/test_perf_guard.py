@@ -460,9 +460,9 @@ def test_every_shipped_kernel_has_a_record_of_every_cell_it_runs(tmp_path, cells
     cell and one kernel's file names both."""
     import shutil
     from decode_conformance.perf.store import default_dir
-    assert not _unrecorded(default_dir(), cells), (
-        "shipped kernels without a record of a perf cell they run; record them on a GPU of the class: "
-        "`pytest suites/perf --perf-record`")
+    gaps = _unrecorded(default_dir(), cells)
+    assert not gaps, (f"shipped kernels without a record of a perf cell they run: {gaps}; record them on a GPU of "
+                      "the class: `pytest suites/perf --perf-record`")
     copy = tmp_path / "baselines"
     shutil.copytree(default_dir(), copy, ignore=shutil.ignore_patterns("*.md"))
     (copy / "sm_90" / "lean.json").unlink()
