@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pathlib
 import sys
 from typing import Iterable, Optional
 
@@ -27,7 +28,12 @@ def missing_module(spec: str) -> Optional[str]:
         # (ours, an adopter package's) or a shipped adapter. A kernel named by its spec is not.
         import difflib
         near = difflib.get_close_matches(spec, list(bare_names(entry_point_specs())), n=3, cutoff=0.6)
-        declared = _declared_here().get(spec)
+        # Entry points are written at install time: one added to ./pyproject.toml since the last
+        # `pip install -e .` is declared there yet unknown to `entry_point_specs`.
+        try:
+            declared = _declared_in(pathlib.Path("pyproject.toml")).get(spec)
+        except (OSError, ValueError):  # no ./pyproject.toml, or not ours to judge
+            declared = None
         return (f"kernel spec {spec!r}: expected 'package.module:object', or the bare name of a registered "
                 "kernel (--list-kernels without --kernel: ours, the adapters, entry points)"
                 + (f"; ./pyproject.toml declares {spec} = {declared!r} in [project.entry-points."
@@ -61,26 +67,17 @@ def entry_point_specs() -> dict[str, str]:
     return eps
 
 
-def _declared_here() -> dict[str, str]:
-    """The kernels the working directory's pyproject.toml declares in ENTRY_POINT_GROUP. Entry
-    points are written at install time, so one added since the last `pip install -e .` is
-    declared here yet unknown to `entry_point_specs`."""
+def _declared_in(pyproject: pathlib.Path) -> dict[str, str]:
+    """The kernels a pyproject.toml declares in ENTRY_POINT_GROUP."""
     import tomllib
-    try:
-        data = tomllib.loads(open("pyproject.toml", encoding="utf-8").read())
-    except (OSError, ValueError):
-        return {}
+    data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     return dict(data.get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
 
 
 def _checkout_entry_points() -> dict[str, str]:
-    import tomllib
     from ._paths import checkout_root
     root = checkout_root()
-    if root is None:
-        return {}
-    data = tomllib.loads((root / "pyproject.toml").read_text())
-    return dict(data.get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
+    return {} if root is None else _declared_in(root / "pyproject.toml")
 
 
 # Opt-in configurations of the shipped kernels: in no default run, listed by --list-kernels.
